@@ -1,0 +1,109 @@
+"""The MetricsStore seam: studies, trials, per-epoch metrics, heartbeats, outputs.
+
+One implementation backs everything: :class:`gridml.server.db.SqlStore` (SQLAlchemy on SQLite or
+PostgreSQL). The metrics API (``gridml.server``) exposes it over HTTP; the controller uses it
+directly when the server runs in-process. ``open_store(url)`` is the one place that chooses.
+
+Trial states::
+
+    queued ──▶ submitted ──▶ running ──▶ completed | failed | pruned | killed
+    (queued: proposed or enqueued by an external optimizer, not yet submitted;
+     submitted: the submission is recorded *before* the executor is called, so a restarted
+     controller re-attaches instead of submitting twice)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+TRIAL_STATES = ("queued", "submitted", "running", "completed", "failed", "pruned", "killed")
+ACTIVE_STATES = ("queued", "submitted", "running")
+FINISHED_STATES = ("completed", "failed", "pruned", "killed")
+
+
+@dataclass
+class Study:
+    id: int
+    name: str
+    spec: dict[str, Any]  # the resolved spec (JSON form)
+    spec_hash: str
+    state: str = "running"  # running | finished | stopped
+    created: datetime | None = None
+    token: str | None = None  # plain study token: only returned by create_study
+
+
+@dataclass
+class Trial:
+    id: int
+    study_id: int
+    number: int  # 0, 1, 2 ... within the study
+    hparams: dict[str, Any]
+    state: str = "queued"
+    objective: float | None = None
+    epochs_done: int = 0
+    error: str | None = None
+    source: str = "searcher"  # searcher | external | scale
+    external_id: str | None = None  # executor handle: local pid/group, PanDA jediTaskID
+    attempts: int = 0
+    last_heartbeat: datetime | None = None
+    created: datetime | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # [{did, name, bytes, adler32}]
+    token: str | None = None  # plain trial token: only returned when issued
+
+
+@dataclass
+class EpochReport:
+    """What the payload's rank 0 reports after each epoch (the trial contract)."""
+
+    epoch: int  # 1-based
+    metrics: dict[str, float]  # loss, val_loss, accuracy, val_accuracy ...
+    epoch_time: float  # seconds of wall time for the epoch
+    samples_per_s: float | None = None
+    input_wait_frac: float | None = None  # time blocked on input / epoch time
+    peak_rss_mb: float | None = None
+    threads: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch, "metrics": self.metrics, "epoch_time": self.epoch_time,
+            "samples_per_s": self.samples_per_s, "input_wait_frac": self.input_wait_frac,
+            "peak_rss_mb": self.peak_rss_mb, "threads": self.threads, "extra": self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "EpochReport":
+        return cls(
+            epoch=int(d["epoch"]), metrics={k: float(v) for k, v in d["metrics"].items()},
+            epoch_time=float(d["epoch_time"]), samples_per_s=d.get("samples_per_s"),
+            input_wait_frac=d.get("input_wait_frac"), peak_rss_mb=d.get("peak_rss_mb"),
+            threads=d.get("threads"), extra=dict(d.get("extra") or {}),
+        )
+
+
+class MetricsStore(Protocol):
+    # studies
+    def create_study(self, name: str, spec: dict[str, Any], spec_hash: str) -> Study: ...
+    def get_study(self, ref: str | int) -> Study: ...  # by name or id; NotFoundError
+    def list_studies(self) -> list[Study]: ...
+    def set_study_state(self, study_id: int, state: str) -> None: ...
+    def check_study_token(self, study_id: int, token: str) -> bool: ...
+    # trials
+    def create_trial(self, study_id: int, hparams: dict[str, Any], *, source: str = "searcher",
+                     state: str = "queued") -> Trial: ...  # numbers assigned 0,1,2...; returns token
+    def issue_trial_token(self, trial_id: int) -> str: ...  # new token (old one revoked)
+    def check_trial_token(self, trial_id: int, token: str) -> bool: ...
+    def get_trial(self, trial_id: int) -> Trial: ...
+    def get_trial_by_number(self, study_id: int, number: int) -> Trial: ...
+    def list_trials(self, study_id: int, states: tuple[str, ...] | None = None) -> list[Trial]: ...
+    def update_trial(self, trial_id: int, **fields: Any) -> Trial: ...
+    # state, objective, error, external_id, attempts, started, finished, outputs
+    def heartbeat(self, trial_id: int) -> None: ...
+    # per-epoch metrics: idempotent on (trial, epoch); same body -> False (no-op),
+    # different body -> ConflictError, new -> True
+    def record_epoch(self, trial_id: int, report: EpochReport) -> bool: ...
+    def list_epochs(self, trial_id: int) -> list[EpochReport]: ...
