@@ -37,6 +37,13 @@ build() {
 
 if [ ! -f "$env/.complete" ]; then build; else log "reusing environment $env"; fi
 ln -sfn "$env" .venv
+# Light packages: re-applied (incrementally, by pip) when requirements/extras.txt changes.
+extras_key="$(sha256sum requirements/extras.txt | cut -c1-16)"
+if [ ! -f "$env/.extras-$extras_key" ]; then
+  log "installing requirements/extras.txt"
+  "$env/bin/python" -m pip install -q -r requirements/extras.txt -c <(grep -E '^(numpy|tensorflow-cpu|h5py)' requirements/base.txt)
+  rm -f "$env"/.extras-*; touch "$env/.extras-$extras_key"
+fi
 # gridml itself: editable, pointing at this clone (cheap; reruns re-point it to the newest clone).
 "$env/bin/python" -m pip install -q --no-deps --no-build-isolation -e . >&2
 log "ready: $env"

@@ -1,0 +1,264 @@
+"""The campaign loop: ask -> plan -> submit -> poll -> finalize -> tell, until the budget is spent.
+
+Nothing here is kept only in memory: the searcher is rebuilt from the store every cycle, a
+trial's submission is recorded before the executor is called, and executors' ``submit`` is
+idempotent per attempt, so a controller killed at any point and restarted (``gridml resume``)
+carries on without losing a metric or submitting a trial twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from gridml import planner
+from gridml.data.base import DataManager, FileInfo
+from gridml.errors import ConflictError, GridmlError
+from gridml.executors.base import Executor, TaskStatus
+from gridml.spec import LoadedSpec, parse_walltime
+from gridml.store import ACTIVE_STATES, EpochReport, MetricsStore, Study, Trial
+
+log = logging.getLogger("gridml.controller")
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
+    """The trial's objective: the objective metric of its last reported epoch."""
+    for report in reversed(epochs):
+        value = report.metrics.get(metric)
+        if value is not None and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def ensure_study(store: MetricsStore, loaded: LoadedSpec) -> Study:
+    """The study for this spec: created, or the existing one if the spec is the same campaign."""
+    from gridml.errors import NotFoundError, SpecError
+
+    try:
+        study = store.get_study(loaded.spec.name)
+    except NotFoundError:
+        return store.create_study(loaded.spec.name, loaded.resolved(), loaded.hash)
+    if study.spec_hash != loaded.hash:
+        raise SpecError(f"{loaded.path}: name: study {study.name!r} already exists with a different "
+                        f"spec; give this campaign a new name, or `gridml resume {study.name}`")
+    return study
+
+
+@dataclass
+class Campaign:
+    loaded: LoadedSpec
+    store: MetricsStore
+    executor: Executor
+    data: DataManager
+    runs_dir: Path
+    api_url: str | None = None
+    poll_s: float = 2.0
+    on_cycle: Callable[[Study, list[Trial]], None] | None = None
+    study: Study = field(init=False)
+    _inputs: dict[str, list[FileInfo]] = field(init=False, default_factory=dict)
+    _handles: dict[int, str] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.study = ensure_study(self.store, self.loaded)
+        self.spec = self.loaded.spec
+
+    # ---- the loop -------------------------------------------------------------------------
+    def run(self) -> Study:
+        """Drive the campaign to its end; Ctrl-C stops every trial and leaves it resumable."""
+        self.store.set_study_state(self.study.id, "running")
+        try:
+            while not self.step():
+                time.sleep(self.poll_s)
+        except KeyboardInterrupt:
+            self.interrupt()
+            raise
+        self.store.set_study_state(self.study.id, "finished")
+        return self.study
+
+    def step(self) -> bool:
+        """One cycle; True when the campaign is over."""
+        trials = self.store.list_trials(self.study.id)
+        for trial in trials:
+            if trial.state in ("submitted", "running"):
+                self._follow(trial)
+        trials = self.store.list_trials(self.study.id)
+        self._fill_slots(trials)
+        trials = self.store.list_trials(self.study.id)
+        if self.on_cycle:
+            self.on_cycle(self.study, trials)
+        active = [t for t in trials if t.state in ACTIVE_STATES]
+        return not active and (len(trials) >= self.spec.search.max_trials or self._exhausted)
+
+    _exhausted = False
+
+    # ---- proposing and submitting ---------------------------------------------------------
+    def _fill_slots(self, trials: list[Trial]) -> None:
+        running = [t for t in trials if t.state in ("submitted", "running")]
+        free = self.spec.search.parallel - len(running)
+        queued = [t for t in trials if t.state == "queued"]
+        for trial in queued[:max(free, 0)]:
+            self.submit(trial)
+        free -= min(len(queued), max(free, 0))
+        budget = self.spec.search.max_trials - len(trials)
+        if free <= 0 or budget <= 0 or self._exhausted:
+            return
+        for point in self.propose(min(free, budget), trials):
+            self.submit(self.store.create_trial(self.study.id, point))
+
+    def propose(self, n: int, trials: list[Trial]) -> list[dict[str, Any]]:
+        """Rebuild the searcher from the stored observations and ask it for ``n`` points."""
+        from gridml import search
+
+        s = self.spec.search
+        searcher = search.create(s.algorithm, {k: v.model_dump(exclude_none=True) for k, v in s.space.items()},
+                                 seed=s.seed, direction=s.direction, **s.options)
+        done = [t for t in trials if t.state in ("completed", "pruned", "failed")]
+        searcher.tell([t.hparams for t in done], [t.objective if t.state != "failed" else None for t in done])
+        pending = [t.hparams for t in trials if t.state in ACTIVE_STATES]
+        points = searcher.ask(n, pending=pending)
+        self._exhausted = bool(getattr(searcher, "exhausted", False)) and len(points) < n
+        return points
+
+    def submit(self, trial: Trial) -> None:
+        """Record the submission, write the trial file, then hand it to the executor."""
+        trial = self.store.update_trial(trial.id, state="submitted", attempts=trial.attempts + 1,
+                                        started=now(), error=None, external_id=None)
+        workdir = self.runs_dir / self.study.name / f"trial-{trial.number:04d}"
+        req = planner.task_request(self.loaded, self.study, trial, workdir)
+        self._write_trial_file(trial, req.trial_file, workdir)
+        handle = self.executor.submit(req)
+        self._handles[trial.id] = handle
+        self.store.update_trial(trial.id, state="running", external_id=handle)
+        log.info("trial %d submitted (%s)", trial.number, handle)
+
+    def _write_trial_file(self, trial: Trial, path: Path, workdir: Path) -> None:
+        train, val, inputs = self._stage_inputs(workdir)
+        token = self.store.issue_trial_token(trial.id)
+        api = {"url": self.api_url, "token": token} if self.api_url else None
+        doc = planner.trial_document(
+            self.loaded, self.study, trial, train=train, validation=val, inputs=inputs,
+            output_dir=str(workdir / "outputs"), api=api,
+            git=planner.git_describe(self.loaded.model_path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
+        tmp.chmod(0o600)  # it holds the trial token
+        tmp.rename(path)
+
+    def _stage_inputs(self, workdir: Path) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+        paths: dict[str, list[str]] = {}
+        inputs: list[dict[str, Any]] = []
+        for which in ("train", "validation"):
+            paths[which] = []
+            for did in self.spec.data.dids(which):
+                if did not in self._inputs:
+                    dest = self.runs_dir / self.study.name / "inputs"
+                    self._inputs[did] = self.data.stage_in(did, dest)
+                for f in self._inputs[did]:
+                    paths[which].append(str(f.path))
+                    inputs.append({"did": str(f.did), "dataset": did, "adler32": f.adler32, "bytes": f.bytes})
+        return paths["train"], paths["validation"], inputs
+
+    # ---- following and finishing ----------------------------------------------------------
+    def _follow(self, trial: Trial) -> None:
+        handle = self._handles.get(trial.id) or trial.external_id
+        if not handle:  # recorded as submitted, but the controller died before the executor call
+            self.submit(self.store.update_trial(trial.id, state="queued", attempts=trial.attempts - 1))
+            return
+        status = self.executor.poll(handle)
+        if status.state in ("completed", "failed", "killed"):
+            self.finalize(trial, status)
+        elif status.state == "running" and self._silent(trial):
+            self.executor.kill(handle)
+            timeout = self.spec.backend.heartbeat_timeout
+            self.finalize(trial, TaskStatus("failed", f"no heartbeat for {timeout}: the trial hung"))
+
+    def _silent(self, trial: Trial) -> bool:
+        last = trial.last_heartbeat or trial.started
+        if last is None:
+            return False
+        if last.tzinfo is None:
+            last = last.replace(tzinfo=timezone.utc)
+        return (now() - last).total_seconds() > parse_walltime(self.spec.backend.heartbeat_timeout)
+
+    def finalize(self, trial: Trial, status: TaskStatus) -> None:
+        outputs = self.runs_dir / self.study.name / f"trial-{trial.number:04d}" / "outputs"
+        self.ingest_spool(trial, outputs / "metrics.jsonl")
+        epochs = self.store.list_epochs(trial.id)
+        objective = objective_of(epochs, self.spec.search.objective)
+        result = _read_json(outputs / "result.json")
+        if status.state == "completed" and objective is not None:
+            state = "pruned" if result.get("state") == "pruned" else "completed"
+            files = self.store_outputs(trial, outputs, objective)
+            self.store.update_trial(trial.id, state=state, objective=objective, finished=now(),
+                                    outputs=files)
+            return
+        error = status.message or "the payload ended without reporting the objective"
+        if status.state == "completed":
+            error = f"no {self.spec.search.objective!r} reported by the payload"
+        if status.log_tail:
+            error += "\n" + status.log_tail
+        if trial.attempts <= self.spec.backend.retries:
+            log.warning("trial %d failed (attempt %d), retrying: %s", trial.number, trial.attempts, error)
+            self.store.update_trial(trial.id, state="queued", error=error)
+        else:
+            self.store.update_trial(trial.id, state="failed", error=error, finished=now())
+
+    def ingest_spool(self, trial: Trial, spool: Path) -> int:
+        """Record the payload's spooled reports (idempotent: already-posted epochs are no-ops)."""
+        added = 0
+        if not spool.exists():
+            return 0
+        for line in spool.read_text().splitlines():
+            try:
+                report = EpochReport.from_json(json.loads(line))
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line from a killed payload
+            try:
+                added += bool(self.store.record_epoch(trial.id, report))
+            except ConflictError as exc:
+                log.warning("trial %d epoch %d: spool differs from the stored report: %s",
+                            trial.number, report.epoch, exc)
+        return added
+
+    def store_outputs(self, trial: Trial, outputs: Path, objective: float) -> list[dict[str, Any]]:
+        """Upload the trial's model, plots, metrics and provenance into the study's output dataset."""
+        files = sorted(p for p in outputs.iterdir() if p.is_file() and not p.name.startswith(".")
+                       and p.suffix in (".keras", ".h5", ".png", ".jsonl", ".json"))
+        names = [planner.output_name(self.study.name, trial.number, p.name) for p in files]
+        meta = {"study": self.study.name, "trial": trial.number, "hparams": trial.hparams,
+                "objective": objective, "objective_name": self.spec.search.objective}
+        try:
+            infos = self.data.upload(files, self.loaded.output_dataset, metadata=meta, names=names)
+        except GridmlError as exc:
+            log.error("trial %d: outputs not stored: %s", trial.number, exc)
+            return []
+        return [{"did": str(i.did), "name": i.did.name, "bytes": i.bytes, "adler32": i.adler32} for i in infos]
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop every running trial; they go back to the queue for `gridml resume`."""
+        for trial in self.store.list_trials(self.study.id, states=("submitted", "running")):
+            handle = self._handles.get(trial.id) or trial.external_id
+            if handle:
+                self.executor.kill(handle)
+            # the attempt counts (its folder holds the killed run), so resume starts a fresh one
+            self.store.update_trial(trial.id, state="queued", error="interrupted (Ctrl-C)")
+        self.executor.close()
+        self.store.set_study_state(self.study.id, "stopped")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

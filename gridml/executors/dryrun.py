@@ -1,0 +1,40 @@
+"""Dry-run executor: renders what would be submitted and submits nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gridml.executors.base import TaskRequest, TaskStatus
+from gridml.planner import local_payload_command
+
+
+def render_local(req: TaskRequest) -> dict[str, Any]:
+    """What the local executor would run for ``req``."""
+    return {"executor": "local", "trial": req.trial_number, "cwd": str(req.workdir),
+            "command": local_payload_command(req), "trial_file": str(req.trial_file),
+            "cores": req.cores, "gpus": req.gpus, "walltime_s": req.walltime_s}
+
+
+class DryRunExecutor:
+    name = "dryrun"
+
+    def __init__(self, render: Any = render_local) -> None:
+        self.render = render
+        self.rendered: list[dict[str, Any]] = []
+
+    def submit(self, req: TaskRequest) -> str:
+        self.rendered.append(self.render(req))
+        return f"dryrun:{req.trial_id}"
+
+    def poll(self, handle: str) -> TaskStatus:
+        return TaskStatus("submitted", "dry run: nothing was submitted")
+
+    def kill(self, handle: str) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def dumps(self) -> str:
+        return json.dumps(self.rendered, indent=2, sort_keys=True)

@@ -1,0 +1,126 @@
+"""Local executor: each trial is its own process group on this machine.
+
+The payload runs detached (its own session) under a small shell wrapper that records its exit
+code in ``<workdir>/exit_code``; ``<workdir>/pid`` names the group. So a controller that crashed
+and restarted re-attaches to trials still running, and ``submit`` is idempotent per attempt: it
+never starts a trial twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from gridml.errors import ExecutorError
+from gridml.executors.base import TaskRequest, TaskStatus
+from gridml.planner import local_payload_command
+
+_WRAPPER = '"$@"; code=$?; echo $code > exit_code.tmp && mv exit_code.tmp exit_code; exit $code'
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours is dead too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, grace_s: float = 10.0) -> None:
+        self.grace_s = grace_s
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _attempt_dir(self, req: TaskRequest) -> Path:
+        return req.workdir / f"attempt-{req.extra.get('attempt', 1)}"
+
+    def submit(self, req: TaskRequest) -> str:
+        run = self._attempt_dir(req)
+        pidfile = run / "pid"
+        if pidfile.exists():  # submitted before (controller restart): re-attach
+            return str(run)
+        run.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **req.env, "GRIDML_TRIAL_DIR": str(req.workdir)}
+        env["PATH"] = f"{Path(local_payload_command(req)[0]).parent}:{env.get('PATH', '')}"
+        with open(run / "payload.log", "ab") as log:
+            try:
+                proc = subprocess.Popen(["bash", "-c", _WRAPPER, "gridml-trial", *local_payload_command(req)],
+                                        cwd=run, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                raise ExecutorError(f"trial {req.trial_number}: cannot start the payload: {exc}",
+                                    hint="is the environment built? run scripts/setup.sh") from None
+        (run / "pid.tmp").write_text(str(proc.pid))
+        (run / "pid.tmp").rename(pidfile)
+        self._children[str(run)] = proc
+        return str(run)
+
+    def poll(self, handle: str) -> TaskStatus:
+        run = Path(handle)
+        child = self._children.get(handle)
+        if child is not None:
+            child.poll()  # reap, so the pid does not linger as a zombie
+        code_file = run / "exit_code"
+        if code_file.exists():
+            code = int(code_file.read_text().strip() or 1)
+            if code == 0:
+                return TaskStatus("completed")
+            return TaskStatus("failed", f"payload exited with code {code}", tail(run / "payload.log"))
+        pid = self._pid(run)
+        if pid is not None and _alive(pid):
+            return TaskStatus("running")
+        if pid is None:
+            return TaskStatus("unknown", "not started")
+        time.sleep(0.2)  # the wrapper may be writing its exit code right now
+        if code_file.exists():
+            return self.poll(handle)
+        return TaskStatus("failed", "the payload's process vanished without an exit code",
+                          tail(run / "payload.log"))
+
+    def kill(self, handle: str) -> None:
+        pid = self._pid(Path(handle))
+        if pid is None:
+            return
+        for sig, wait in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 2.0)):
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                child = self._children.get(handle)
+                if child is not None:
+                    child.poll()
+                if not _alive(pid):
+                    return
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        for handle in list(self._children):
+            if self.poll(handle).state == "running":
+                self.kill(handle)
+
+    @staticmethod
+    def _pid(run: Path) -> int | None:
+        try:
+            return int((run / "pid").read_text())
+        except (OSError, ValueError):
+            return None

@@ -1,0 +1,70 @@
+"""The training spec: ``load_spec(path)`` -> :class:`LoadedSpec`, or a SpecError listing every problem."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from gridml.errors import SpecError
+from gridml.spec import checks
+from gridml.spec.loader import read_yaml, validate_model
+from gridml.spec.model import Spec, parse_walltime
+
+__all__ = ["LoadedSpec", "Spec", "load_spec", "json_schema", "parse_walltime"]
+
+
+@dataclass
+class LoadedSpec:
+    spec: Spec
+    path: Path
+    model_path: Path
+
+    def resolved(self) -> dict[str, Any]:
+        """The spec as stored with the study and in provenance: defaults filled, paths absolute."""
+        data = self.spec.model_dump(mode="json")
+        data["payload"]["model"] = str(self.model_path)
+        data["output"]["dataset"] = self.output_dataset
+        return data
+
+    @property
+    def output_dataset(self) -> str:
+        if self.spec.output.dataset:
+            return self.spec.output.dataset
+        scope = self.spec.data.dids("train")[0].split(":", 1)[0]
+        return f"{scope}:{self.spec.name}.out"
+
+    @property
+    def hash(self) -> str:
+        """Identity of the campaign: what changes results (not backend choices or parallelism)."""
+        data = self.resolved()
+        for volatile in ("backend", "panda"):
+            data.pop(volatile, None)
+        data["search"].pop("parallel", None)
+        data["search"].pop("max_trials", None)
+        data["model_source"] = hashlib.sha256(self.model_path.read_bytes()).hexdigest()
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_spec(path: str | Path, *, did_exists: Callable[[str], bool] | None = None) -> LoadedSpec:
+    """Read, validate and check a spec. ``did_exists`` (a data backend's ``exists``) checks DIDs."""
+    path = Path(path)
+    data, lines = read_yaml(path)
+    spec = validate_model(Spec, data, path, lines)
+    model_path = checks.resolve_model_path(spec, path)
+    problems = (checks.check_model_file(model_path) + checks.check_objective(spec)
+                + checks.check_early_stopping(spec))
+    if did_exists is not None:
+        problems += checks.check_dids(spec, did_exists)
+    if problems:
+        raise SpecError(checks.format_problems(path, lines, problems))
+    return LoadedSpec(spec=spec, path=path.resolve(), model_path=model_path)
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Spec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "gridml training spec"
+    return schema

@@ -1,0 +1,91 @@
+"""Checks a spec needs beyond its types: files, hooks, DIDs, metric names.
+
+Run on the submit host so a typo never costs a grid round trip.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Callable
+
+from gridml.errors import GridmlError
+from gridml.spec.loader import Loc, line_of
+from gridml.spec.model import Spec
+
+Problem = tuple[Loc, str]
+
+
+def resolve_model_path(spec: Spec, spec_path: Path) -> Path:
+    """The model file, relative to the spec's folder (or, failing that, the current folder)."""
+    raw = Path(spec.payload.model).expanduser()
+    if raw.is_absolute():
+        return raw
+    beside = (spec_path.parent / raw).resolve()
+    return beside if beside.exists() or not Path(raw).exists() else Path(raw).resolve()
+
+
+def check_model_file(path: Path) -> list[Problem]:
+    """The file exists, parses, and defines build_model(hparams, input_shape) at top level."""
+    loc: Loc = ("payload", "model")
+    if not path.is_file():
+        return [(loc, f"model file {path} does not exist; give a path relative to the spec's folder")]
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as exc:
+        return [(loc, f"{path}:{exc.lineno}: syntax error: {exc.msg}")]
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "build_model":
+            n_args = len(node.args.args) + len(node.args.posonlyargs)
+            if n_args < 2 and node.args.vararg is None:
+                return [(loc, f"{path}:{node.lineno}: build_model must take (hparams, input_shape)")]
+            return []
+    return [(loc, f"{path} defines no top-level build_model(hparams, input_shape) -> keras.Model; add one")]
+
+
+def check_objective(spec: Spec) -> list[Problem]:
+    known = {"loss"} | {m.lower() for m in spec.training.metrics}
+    name = spec.search.objective
+    base = name[4:] if name.startswith("val_") else name
+    if base.lower() not in known:
+        return [(("search", "objective"), f"{name!r} is not reported: use loss/val_loss or one of "
+                 f"training.metrics with an optional val_ prefix ({sorted(known)})")]
+    return []
+
+
+def check_early_stopping(spec: Spec) -> list[Problem]:
+    cfg = spec.search.early_stopping
+    if cfg is None:
+        return []
+    try:
+        from gridml.search.stopping import validate_early_stopping
+    except ImportError:  # pragma: no cover - the search package always ships it
+        return []
+    return [(("search", "early_stopping"), p) for p in validate_early_stopping(cfg)]
+
+
+def check_dids(spec: Spec, exists: Callable[[str], bool]) -> list[Problem]:
+    """Every input DID is well-formed and known to the data backend."""
+    from gridml.data.base import parse_did
+
+    problems: list[Problem] = []
+    for which in ("train", "validation"):
+        for i, did in enumerate(spec.data.dids(which)):
+            loc: Loc = ("data", which) if isinstance(getattr(spec.data, which), str) else ("data", which, i)
+            try:
+                parse_did(did)
+                if not exists(did):
+                    problems.append((loc, f"dataset {did} not found in the {spec.backend.data} data "
+                                     f"store; register it with `gridml data put FILE... --dataset {did}`"))
+            except GridmlError as exc:
+                problems.append((loc, str(exc)))
+    if spec.output.dataset:
+        try:
+            parse_did(spec.output.dataset)
+        except GridmlError as exc:
+            problems.append((("output", "dataset"), str(exc)))
+    return problems
+
+
+def format_problems(path: Path, lines: dict[Loc, int], problems: list[Problem]) -> list[str]:
+    return [f"{path}:{line_of(lines, loc)}: {'.'.join(map(str, loc))}: {msg}" for loc, msg in problems]

@@ -1,0 +1,101 @@
+"""Load a YAML spec into a typed model, with errors as ``file:line: field: problem (fix)``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gridml.errors import SpecError
+
+M = TypeVar("M", bound=BaseModel)
+Loc = tuple[str | int, ...]
+
+
+def line_map(text: str) -> tuple[dict[Loc, int], list[str]]:
+    """Map every key path of a YAML document to its (1-based) line; report duplicate keys."""
+    lines: dict[Loc, int] = {}
+    dups: list[str] = []
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+
+    def walk(node: yaml.Node | None, path: Loc) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                sub = path + (key.value,)
+                if sub in lines:
+                    dups.append(f"{key.start_mark.line + 1}: {_dotted(sub)}: duplicate key "
+                                f"(first on line {lines[sub]}); keep one")
+                lines[sub] = key.start_mark.line + 1
+                walk(value, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                lines[path + (i,)] = item.start_mark.line + 1
+                walk(item, path + (i,))
+
+    if root is not None:
+        lines[()] = root.start_mark.line + 1
+        walk(root, ())
+    return lines, dups
+
+
+def _dotted(loc: Loc) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def line_of(lines: dict[Loc, int], loc: Loc) -> int:
+    for cut in range(len(loc), -1, -1):
+        if loc[:cut] in lines:
+            return lines[loc[:cut]]
+    return 1
+
+
+def read_yaml(path: Path) -> tuple[dict[str, Any], dict[Loc, int]]:
+    """Parse ``path``; YAML syntax errors and non-mapping documents become SpecError."""
+    if not path.is_file():
+        raise SpecError(f"{path}: no such file", hint="check the path of the spec")
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+        lines, dups = line_map(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise SpecError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if dups:
+        raise SpecError([f"{path}:{d}" for d in dups])
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}:1: the spec must be a mapping of sections (name:, payload:, ...)")
+    return data, lines
+
+
+def _message(err: dict[str, Any]) -> tuple[Loc, str]:
+    loc: Loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    msg: str = err["msg"]
+    kind = err["type"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+        head, sep, rest = msg.partition(": ")
+        if sep and " " not in head:  # "low: must be > 0 ..." names a sub-field
+            loc, msg = loc + tuple(head.split(".")), rest
+    elif kind == "extra_forbidden":
+        msg = "unknown key; remove it or check its spelling (see `gridml schema`)"
+    elif kind == "missing":
+        msg = "required field is missing; add it"
+    elif kind == "literal_error":
+        msg = f"{msg} (got {err.get('input')!r})"
+    return loc, msg
+
+
+def validate_model(model: type[M], data: dict[str, Any], path: Path,
+                   lines: dict[Loc, int]) -> M:
+    """Validate ``data``; every problem becomes one ``file:line: field: message`` line."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            loc, msg = _message(err)
+            problems.append(f"{path}:{line_of(lines, loc)}: {_dotted(loc)}: {msg}")
+        raise SpecError(problems) from None

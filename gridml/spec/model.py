@@ -1,0 +1,179 @@
+"""The training spec: typed models (pydantic v2), unknown keys refused.
+
+This is a public interface: document changes in the README and keep `gridml schema` in step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
+_WALLTIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+def parse_walltime(value: str | int | float) -> int:
+    """'1h' / '30m' / '90s' / '2d' / 3600 -> seconds."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    m = _WALLTIME.match(value)
+    if not m:
+        raise ValueError(f"{value!r} is not a duration: write e.g. 90s, 30m, 1h or 2d")
+    return int(float(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]])
+
+
+class Payload(_Strict):
+    model: str = Field(description="user file defining build_model(hparams, input_shape) -> keras.Model;"
+                       " relative to the spec file's folder")
+
+
+class Data(_Strict):
+    train: str | list[str] = Field(description="dataset DID(s) scope:name holding HDF5 files")
+    validation: str | list[str]
+    features: str = "x"
+    labels: str = "y"
+
+    def dids(self, which: str) -> list[str]:
+        value = getattr(self, which)
+        return [value] if isinstance(value, str) else list(value)
+
+
+class Training(_Strict):
+    epochs: int = Field(ge=1)
+    batch_size: int = Field(256, ge=1, description="per Horovod rank")
+    loss: str = "binary_crossentropy"
+    metrics: list[str] = Field(default_factory=lambda: ["accuracy"])
+    optimizer: Literal["adam", "sgd", "rmsprop", "adamw"] = "adam"
+    workers: int = Field(1, ge=1, description="Horovod ranks per trial")
+    horovod: Literal["gloo", "mpi"] = "gloo"
+    mixed_precision: bool = False
+    options: dict[str, Any] = Field(default_factory=dict, description="passed to the payload as is")
+
+
+class Dimension(_Strict):
+    type: Literal["real", "int", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: list[Any] | None = None
+    conditional: dict[str, Any] | None = Field(None, description="exists only when {param: value}")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Dimension":
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError("choices: categorical needs a non-empty list of choices")
+            if self.low is not None or self.high is not None:
+                raise ValueError("low: categorical takes `choices`, not low/high; remove low/high")
+            return self
+        if self.low is None or self.high is None:
+            missing = "low" if self.low is None else "high"
+            raise ValueError(f"{missing}: {self.type} dimension needs both `low` and `high`")
+        if self.low >= self.high:
+            raise ValueError(f"high: empty or inverted range, low ({self.low}) must be < high "
+                             f"({self.high}); swap or widen them")
+        if self.log and self.low <= 0:
+            raise ValueError(f"low: must be > 0 for a log range (got {self.low}); "
+                             "use a positive low or log: false")
+        if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ValueError("low: int bounds must be whole numbers")
+        if self.choices is not None:
+            raise ValueError(f"choices: a {self.type} dimension takes low/high, not choices")
+        return self
+
+
+class Search(_Strict):
+    algorithm: Literal["bayes", "random", "grid", "evolution"] = "bayes"
+    objective: str = "val_loss"
+    direction: Literal["minimize", "maximize"] = "minimize"
+    max_trials: int = Field(8, ge=1)
+    parallel: int = Field(1, ge=1, description="trials running at once")
+    seed: int = 0
+    space: dict[str, Dimension] = Field(min_length=1)
+    early_stopping: dict[str, Any] | None = None
+    options: dict[str, Any] = Field(default_factory=dict, description="searcher options, e.g. grid_points")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Search":
+        if self.parallel > self.max_trials:
+            raise ValueError(f"parallel: {self.parallel} is more than max_trials "
+                             f"({self.max_trials}); lower parallel to at most {self.max_trials}")
+        for name, dim in self.space.items():
+            for other in (dim.conditional or {}):
+                if other not in self.space:
+                    raise ValueError(f"space.{name}.conditional: names unknown parameter {other!r}; "
+                                     f"use one of {sorted(self.space)}")
+        return self
+
+
+class Resources(_Strict):
+    cores: int = Field(1, ge=1, description="per trial, all ranks together")
+    gpus: int = Field(0, ge=0)
+    memory_gb: float = Field(4, gt=0)
+    walltime: str | int = "1h"
+    container: str | None = None
+    vram_gb: float | None = Field(None, gt=0, description="grid: minimum GPU memory (architecture string)")
+
+    @field_validator("walltime")
+    @classmethod
+    def _walltime(cls, v: str | int) -> str | int:
+        parse_walltime(v)
+        return v
+
+    @property
+    def walltime_s(self) -> int:
+        return parse_walltime(self.walltime)
+
+
+class Backend(_Strict):
+    executor: Literal["local", "panda", "dryrun"] = "local"
+    data: Literal["local", "rucio"] = "local"
+    server: str = Field("embedded", description="'embedded' or the URL of a `gridml serve`")
+    retries: int = Field(1, ge=0, description="resubmissions of a failed trial")
+    heartbeat_timeout: str | int = Field("15m", description="a running trial silent this long fails")
+
+    @field_validator("heartbeat_timeout")
+    @classmethod
+    def _hb(cls, v: str | int) -> str | int:
+        parse_walltime(v)
+        return v
+
+
+class Panda(_Strict):
+    site: str | None = Field(None, description="PanDA queue; None lets the brokerage choose")
+    nickname: str | None = Field(None, description="grid nickname; default: from the token/proxy")
+    working_group: str | None = None
+    vo: str = "atlas"
+    rse: str | None = Field(None, description="destination for outputs (destSE)")
+
+
+class Output(_Strict):
+    dataset: str | None = Field(None, description="scope:name of the study's output dataset;"
+                                " default <train scope>:<study>.out")
+    rule: dict[str, Any] | None = Field(None, description="Rucio rule for outputs: {rse_expression, lifetime}")
+
+
+class Spec(_Strict):
+    name: str = Field(pattern=NAME_RE, max_length=100)
+    payload: Payload
+    data: Data
+    training: Training
+    search: Search
+    resources: Resources = Field(default_factory=Resources)
+    backend: Backend = Field(default_factory=Backend)
+    panda: Panda = Field(default_factory=Panda)
+    output: Output = Field(default_factory=Output)
+
+    @model_validator(mode="after")
+    def _workers_fit(self) -> "Spec":
+        if self.training.workers > self.resources.cores and self.resources.gpus == 0:
+            raise ValueError(
+                f"training.workers: {self.training.workers} Horovod ranks but resources.cores is "
+                f"{self.resources.cores}; give each rank a core (raise resources.cores or lower workers)")
+        return self
