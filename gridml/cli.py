@@ -1,0 +1,304 @@
+"""The `gridml` command line. Thin: parse, call, print; errors in one line (traceback with --debug)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gridml.errors import GridmlError, NotFoundError, UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Hyperparameter campaigns for HEP neural networks: one machine, HPC, grid.")
+out = Console()
+err = Console(stderr=True)
+_state: dict[str, Any] = {"debug": False}
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
+    _state["debug"] = debug
+
+
+def _data_manager(backend: str | None) -> Any:
+    from gridml.data import open_data_manager
+
+    return open_data_manager(backend)
+
+
+def _load(spec: Path, check_data: bool = True) -> Any:
+    from gridml.spec import load_spec
+    from gridml.spec.loader import read_yaml
+
+    backend = None
+    if check_data:  # the data backend the spec names checks its DIDs
+        data, _ = read_yaml(spec)
+        backend = (data.get("backend") or {}).get("data") if isinstance(data.get("backend"), dict) else None
+    dm = _data_manager(backend) if check_data else None
+    return load_spec(spec, did_exists=dm.exists if dm else None), dm
+
+
+def _print_json(doc: Any) -> None:
+    out.print_json(json.dumps(doc, default=str)) if out.is_terminal else print(json.dumps(doc, indent=2, default=str))
+
+
+@app.command()
+def validate(spec: Path = typer.Argument(..., help="training spec (YAML)")) -> None:
+    """Check a spec: types, ranges, model file, DIDs. Exit 2 with every problem listed."""
+    loaded, _ = _load(spec)
+    out.print(f"[green]ok[/]: {spec}: study {loaded.spec.name!r}, {len(loaded.spec.search.space)} "
+              f"parameters, {loaded.spec.search.algorithm} search, up to {loaded.spec.search.max_trials} trials")
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the training spec."""
+    from gridml.spec import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+
+
+@app.command()
+def submit(spec: Path = typer.Argument(..., help="training spec (YAML)"),
+           dry_run: bool = typer.Option(False, "--dry-run", help="show the first batch's tasks, submit nothing"),
+           as_json: bool = typer.Option(False, "--json", help="with --dry-run: print task parameters as JSON"),
+           quiet: bool = typer.Option(False, "--quiet", help="no live display")) -> None:
+    """Run a campaign: locally in the foreground (embedded server), or hand it to a server."""
+    from gridml import runner
+
+    loaded, dm = _load(spec)
+    if dry_run:
+        rendered = runner.dry_run(loaded, dm)
+        if as_json:
+            print(json.dumps(rendered, indent=2, sort_keys=True))
+        else:
+            for task in rendered:
+                out.print_json(json.dumps(task, default=str))
+        return
+    _run(loaded, dm, quiet)
+
+
+@app.command()
+def resume(study: str = typer.Argument(..., help="study name or id"),
+           quiet: bool = typer.Option(False, "--quiet")) -> None:
+    """Continue a campaign after a crash or Ctrl-C: no trial is submitted twice."""
+    from gridml import runner
+    from gridml.server.db import open_store
+    from gridml.settings import settings
+
+    stored = open_store(settings().db_url).get_study(study)
+    loaded = runner.loaded_from_study(stored)
+    _run(loaded, _data_manager(loaded.spec.backend.data), quiet)
+
+
+def _run(loaded: Any, dm: Any, quiet: bool) -> None:
+    from gridml import runner
+    from gridml.report import study_document
+    from gridml.settings import settings
+
+    try:
+        study, store = runner.run_local(loaded, dm, quiet=quiet)
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted[/]: trials stopped; continue with `gridml resume {loaded.spec.name}`")
+        raise typer.Exit(130)
+    doc = study_document(store, study, settings().runs_dir)
+    best = doc["study"]["best"]
+    if best is None:
+        raise GridmlError(f"study {study.name}: no trial completed", hint=f"see `gridml status {study.name}`")
+    out.print(f"best trial {best['number']}: {doc['study']['objective']} = {best['objective']:.5g}  "
+              f"{best['hparams']}")
+    model = next((o["did"] for o in best["outputs"] if o["name"].endswith((".keras", ".h5"))), None)
+    out.print(f"model: {model}  (get it with `gridml fetch {study.name} --best -o DIR`)")
+    if doc["study"]["convergence_plot"]:
+        out.print(f"convergence plot: {doc['study']['convergence_plot']}")
+
+
+def _study_doc(study: str) -> dict[str, Any]:
+    from gridml.report import study_document
+    from gridml.server.db import open_store
+    from gridml.settings import settings
+
+    store = open_store(settings().db_url)
+    return study_document(store, store.get_study(study), settings().runs_dir)
+
+
+@app.command()
+def status(study: Optional[str] = typer.Argument(None, help="study name or id; none: list studies"),
+           trial: Optional[int] = typer.Option(None, "--trial", help="one trial's epochs and profile"),
+           as_json: bool = typer.Option(False, "--json", help="stable JSON (see README)")) -> None:
+    """Trials of a study: state, hyperparameters, epochs, objective, time per epoch."""
+    if study is None:
+        return _list_studies(as_json)
+    doc = _study_doc(study)
+    if trial is not None:
+        return _trial_status(study, doc, trial, as_json)
+    if as_json:
+        return _print_json(doc)
+    s = doc["study"]
+    table = Table(title=f"study {s['name']} ({s['state']}): {s['n_trials']}/{s['max_trials']} trials, "
+                        f"{s['objective']} ({s['direction']})")
+    for col in ("trial", "state", "epochs", s["objective"], "s/epoch", "input wait", "hyperparameters"):
+        table.add_column(col)
+    best_id = s["best"]["id"] if s["best"] else None
+    for t in doc["trials"]:
+        obj = "-" if t["objective"] is None else f"{t['objective']:.5g}" + (" *" if t["id"] == best_id else "")
+        tpe = "-" if t["time_per_epoch"] is None else f"{t['time_per_epoch']:.2f}"
+        wait = "-" if t["input_wait_frac"] is None else f"{100 * t['input_wait_frac']:.0f}%" + (
+            " input-bound" if t["input_bound"] else "")
+        table.add_row(str(t["number"]), t["state"], str(t["epochs_done"]), obj, tpe, wait,
+                      json.dumps(t["hparams"]))
+    out.print(table)
+    for t in doc["trials"]:
+        if t["state"] == "failed" and t["error"]:
+            out.print(f"[red]trial {t['number']} failed[/]: {t['error'].splitlines()[0]}")
+    if s["convergence_plot"]:
+        out.print(f"convergence plot: {s['convergence_plot']}")
+
+
+def _trial_status(study: str, doc: dict[str, Any], number: int, as_json: bool) -> None:
+    from gridml.report import epoch_rows
+    from gridml.server.db import open_store
+    from gridml.settings import settings
+
+    summary = next((t for t in doc["trials"] if t["number"] == number), None)
+    if summary is None:
+        raise NotFoundError(f"study {study} has no trial {number}", hint=f"see `gridml status {study}`")
+    epochs = epoch_rows(open_store(settings().db_url).list_epochs(summary["id"]))
+    if as_json:
+        return _print_json({"trial": summary, "epochs": epochs})
+    table = Table(title=f"study {study} trial {number} ({summary['state']})")
+    for col in ("epoch", "metrics", "s", "samples/s", "input wait", "peak RSS MB", "threads"):
+        table.add_column(col)
+    for e in epochs:
+        metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(e["metrics"].items()))
+        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+        table.add_row(str(e["epoch"]), metrics, fmt(e["epoch_time"], ".2f"), fmt(e["samples_per_s"], ".0f"),
+                      fmt(e["input_wait_frac"], ".1%"), fmt(e["peak_rss_mb"], ".0f"), fmt(e["threads"], "d"))
+    out.print(table)
+    if summary["input_bound"]:
+        out.print(f"[yellow]input-bound[/]: {summary['input_wait_frac']:.0%} of each epoch waited on input "
+                  "(> 20%): raise training.options.prefetch_batches or the cache budget, or prepare the "
+                  "data into larger chunks")
+    if summary["error"]:
+        out.print(f"[red]error[/]: {summary['error']}")
+
+
+def _list_studies(as_json: bool) -> None:
+    from gridml.server.db import open_store
+    from gridml.settings import settings
+
+    studies = open_store(settings().db_url).list_studies()
+    rows = [{"id": s.id, "name": s.name, "state": s.state} for s in studies]
+    if as_json:
+        return _print_json({"studies": rows})
+    table = Table(title="studies")
+    for col in ("id", "name", "state"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["id"]), r["name"], r["state"])
+    out.print(table)
+
+
+@app.command()
+def best(study: str = typer.Argument(..., help="study name or id"),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """The best trial of a study: hyperparameters and objective."""
+    doc = _study_doc(study)
+    b = doc["study"]["best"]
+    if b is None:
+        raise NotFoundError(f"study {study} has no completed trial yet", hint=f"see `gridml status {study}`")
+    if as_json:
+        return _print_json({"study": doc["study"]["name"], "objective_name": doc["study"]["objective"],
+                            "direction": doc["study"]["direction"], **b})
+    out.print(f"study {study}: best trial {b['number']}, {doc['study']['objective']} = {b['objective']:.6g}")
+    for k, v in b["hparams"].items():
+        out.print(f"  {k} = {v}")
+
+
+@app.command()
+def fetch(study: str = typer.Argument(..., help="study name or id"),
+          best_: bool = typer.Option(False, "--best", help="the best trial"),
+          trial: Optional[int] = typer.Option(None, "--trial", help="this trial number"),
+          output: Path = typer.Option(..., "-o", "--output", help="folder to write into"),
+          backend: Optional[str] = typer.Option(None, "--backend", help="data backend (default: the study's)")) -> None:
+    """Retrieve a trial's model, plots and metrics from the data store."""
+    if best_ == (trial is not None):
+        raise UsageError("say which trial: --best or --trial N (one of them)")
+    doc = _study_doc(study)
+    t = doc["study"]["best"] if best_ else next((x for x in doc["trials"] if x["number"] == trial), None)
+    if t is None:
+        raise NotFoundError(f"study {study}: no {'completed' if best_ else f'trial {trial}'} trial",
+                            hint=f"see `gridml status {study}`")
+    if not t["outputs"]:
+        raise NotFoundError(f"study {study} trial {t['number']} has no stored outputs ({t['state']})")
+    from gridml.server.db import open_store
+    from gridml.settings import settings
+
+    spec = open_store(settings().db_url).get_study(study).spec
+    dm = _data_manager(backend or spec["backend"]["data"])
+    output.mkdir(parents=True, exist_ok=True)
+    for o in t["outputs"]:
+        for path in dm.download(o["did"], output):
+            out.print(f"{o['did']} -> {path}")
+
+
+def _register_subcommands() -> None:
+    """Commands that live with their own modules."""
+    try:
+        from gridml.data.cli import data_app
+        app.add_typer(data_app, name="data", help="Datasets: put, ls, get (local store or Rucio).")
+    except ImportError:
+        pass
+    try:
+        from gridml.server.cli import serve
+        app.command("serve")(serve)
+    except ImportError:
+        pass
+    try:
+        from gridml.prepare.cli import prepare
+        app.command("prepare")(prepare)
+    except ImportError:
+        pass
+
+
+_register_subcommands()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import click
+
+    try:
+        app(args=argv, prog_name="gridml", standalone_mode=False)
+    except GridmlError as exc:
+        if _state["debug"]:
+            raise
+        _report(exc)
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        err.print("aborted")
+        return 130
+    return 0
+
+
+def _report(exc: GridmlError) -> None:
+    lines = str(exc.message).splitlines() or ["error"]
+    err.print("[red]error[/]: ", end="")
+    err.print(lines[0], highlight=False, markup=False)
+    for line in lines[1:]:
+        err.print(f"  {line}", highlight=False, markup=False)
+    if exc.hint:
+        err.print(f"  fix: {exc.hint}", highlight=False, markup=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

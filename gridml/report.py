@@ -1,0 +1,71 @@
+"""What `gridml status` / `gridml best` show: stable JSON documents built from the store.
+
+The ``--json`` shapes are a public interface (documented in the README): fields may be added,
+never removed or renamed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from gridml.store import EpochReport, MetricsStore, Study, Trial
+
+INPUT_BOUND = 0.20  # input-wait fraction above which a trial is flagged input-bound
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return round(mean(vals), 6) if vals else None
+
+
+def trial_summary(trial: Trial, epochs: list[EpochReport]) -> dict[str, Any]:
+    wait = _mean([e.input_wait_frac for e in epochs])
+    return {
+        "number": trial.number, "id": trial.id, "state": trial.state, "hparams": trial.hparams,
+        "objective": trial.objective, "epochs_done": len(epochs),
+        "time_per_epoch": _mean([e.epoch_time for e in epochs]),
+        "samples_per_s": _mean([e.samples_per_s for e in epochs]),
+        "input_wait_frac": wait, "input_bound": bool(wait is not None and wait > INPUT_BOUND),
+        "attempts": trial.attempts, "error": trial.error, "source": trial.source,
+        "external_id": trial.external_id, "last_heartbeat": _iso(trial.last_heartbeat),
+        "started": _iso(trial.started), "finished": _iso(trial.finished), "outputs": trial.outputs,
+    }
+
+
+def epoch_rows(epochs: list[EpochReport]) -> list[dict[str, Any]]:
+    return [e.to_json() for e in epochs]
+
+
+def best_trial(study: Study, trials: list[Trial]) -> Trial | None:
+    done = [t for t in trials if t.state == "completed" and t.objective is not None]
+    if not done:
+        return None
+    sign = -1 if study.spec["search"]["direction"] == "maximize" else 1
+    return min(done, key=lambda t: (sign * float(t.objective), t.number))  # type: ignore[arg-type]
+
+
+def study_document(store: MetricsStore, study: Study, runs_dir: Path) -> dict[str, Any]:
+    trials = store.list_trials(study.id)
+    summaries = [trial_summary(t, store.list_epochs(t.id)) for t in trials]
+    best = best_trial(study, trials)
+    plot = runs_dir / study.name / "convergence.png"
+    search = study.spec["search"]
+    return {
+        "study": {
+            "id": study.id, "name": study.name, "state": study.state,
+            "objective": search["objective"], "direction": search["direction"],
+            "max_trials": search["max_trials"], "n_trials": len(trials),
+            "counts": dict(Counter(t.state for t in trials)),
+            "best": next((s for s in summaries if best and s["id"] == best.id), None),
+            "output_dataset": study.spec["output"]["dataset"],
+            "convergence_plot": str(plot) if plot.exists() else None,
+        },
+        "trials": summaries,
+    }

@@ -1,0 +1,123 @@
+"""Running a campaign from the CLI: open the store, the embedded API, the executor, the display."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from gridml import plots
+from gridml.controller import Campaign
+from gridml.errors import GridmlError, NotFoundError
+from gridml.report import best_trial
+from gridml.settings import settings
+from gridml.spec import LoadedSpec, Spec
+from gridml.store import MetricsStore, Study, Trial
+
+console = Console(stderr=True)
+
+
+def loaded_from_study(study: Study) -> LoadedSpec:
+    """The campaign's spec as stored with the study (paths already absolute)."""
+    spec = Spec.model_validate(study.spec)
+    model = Path(spec.payload.model)
+    if not model.is_file():
+        raise NotFoundError(f"study {study.name}: model file {model} is gone",
+                            hint="restore it, or submit the spec again under a new name")
+    return LoadedSpec(spec=spec, path=Path(f"<study {study.name}>"), model_path=model)
+
+
+def progress_table(study: Study, trials: list[Trial]) -> Table:
+    spec = study.spec["search"]
+    table = Table(title=f"study {study.name}: {len(trials)}/{spec['max_trials']} trials, "
+                        f"{spec['objective']} ({spec['direction']})")
+    for col in ("trial", "state", "epochs", spec["objective"], "hyperparameters"):
+        table.add_column(col)
+    best = best_trial(study, trials)
+    for t in trials[-20:]:
+        obj = f"{t.objective:.4f}" if t.objective is not None else "-"
+        mark = " *" if best is not None and t.id == best.id else ""
+        hp = ", ".join(f"{k}={_short(v)}" for k, v in t.hparams.items())
+        table.add_row(str(t.number), t.state, str(t.epochs_done), obj + mark, hp)
+    return table
+
+
+def _short(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _executor(loaded: LoadedSpec, dry_run: bool) -> Any:
+    from gridml import executors
+
+    if not dry_run:
+        return executors.create(loaded.spec.backend.executor)
+    from gridml.executors.dryrun import DryRunExecutor, render_local
+
+    if loaded.spec.backend.executor == "panda":
+        from gridml.executors.panda import render_for_request  # type: ignore[import-not-found]
+
+        return DryRunExecutor(render=lambda req: render_for_request(loaded, req))
+    return DryRunExecutor(render=render_local)
+
+
+def dry_run(loaded: LoadedSpec, data: Any) -> list[dict[str, Any]]:
+    """The task parameters of the first batch, computed against a throwaway store."""
+    from gridml.server.db import open_store
+
+    with tempfile.TemporaryDirectory(prefix="gridml-dryrun-") as tmp:
+        store = open_store(f"sqlite:///{tmp}/dry.db")
+        executor = _executor(loaded, dry_run=True)
+        campaign = Campaign(loaded, store, executor, data, Path(tmp) / "runs", api_url="http://SERVER")
+        campaign.step()
+        dispose = getattr(store, "close", None)
+        if dispose:
+            dispose()
+        return executor.rendered  # type: ignore[no-any-return]
+
+
+def run_local(loaded: LoadedSpec, data: Any, *, quiet: bool = False) -> tuple[Study, MetricsStore]:
+    """Run the campaign in the foreground with the embedded API; returns when it is over."""
+    from gridml.server.db import open_store
+    from gridml.server.embedded import EmbeddedServer
+
+    cfg = settings()
+    store = open_store(cfg.db_url)
+    _log_to(cfg.runs_dir / loaded.spec.name / "controller.log")
+    with ExitStack() as stack:
+        server = stack.enter_context(EmbeddedServer(cfg.db_url))
+        live = stack.enter_context(Live(console=console, refresh_per_second=2, transient=False)) \
+            if not quiet else None
+        campaign = Campaign(loaded, store, _executor(loaded, dry_run=False), data, cfg.runs_dir,
+                            api_url=server.url,
+                            on_cycle=(lambda s, t: live.update(progress_table(s, t))) if live else None)
+        study = campaign.run()
+    finish_study(store, study, data, loaded)
+    return study, store
+
+
+def finish_study(store: MetricsStore, study: Study, data: Any, loaded: LoadedSpec) -> None:
+    """Convergence plot, stored with the study's outputs."""
+    trials = store.list_trials(study.id)
+    path = settings().runs_dir / study.name / "convergence.png"
+    if plots.convergence_plot(trials, loaded.spec.search.objective, loaded.spec.search.direction, path):
+        try:
+            data.upload([path], loaded.output_dataset, names=[f"{study.name}.convergence.png"],
+                        metadata={"study": study.name, "kind": "convergence"})
+        except GridmlError as exc:
+            console.print(f"[yellow]convergence plot not stored: {exc}[/]")
+
+
+def _log_to(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("gridml")
+    root.setLevel(logging.INFO)
+    if not any(isinstance(h, logging.FileHandler) and h.baseFilename == str(path) for h in root.handlers):
+        root.addHandler(handler)

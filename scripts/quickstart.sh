@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# README command 1: set up (idempotent), make and register the sample data, run the quickstart.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+bash scripts/setup.sh
+export PATH="$here/.venv/bin:$PATH"
+data="${GRIDML_HOME:-$HOME/.gridml}/sample-data"
+if ! gridml data ls user.demo:quickstart.train >/dev/null 2>&1; then
+  echo "[quickstart] making the sample data in $data"
+  python examples/make_sample_data.py --out "$data"
+  gridml data put "$data"/train_*.h5 --dataset user.demo:quickstart.train
+  gridml data put "$data"/val_*.h5 --dataset user.demo:quickstart.val
+fi
+gridml validate examples/quickstart.yaml
+time gridml submit examples/quickstart.yaml "$@"
