@@ -1,0 +1,35 @@
+"""Data management: DIDs, datasets, stage-in and outputs (local store or Rucio).
+
+``open_data_manager(backend)`` is the one place that chooses a backend; see
+:mod:`gridml.data.base` for the seam and ``docs/data.md`` for the CLI (``gridml data``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gridml.errors import UsageError
+
+if TYPE_CHECKING:
+    from gridml.data.base import DataManager
+
+BACKENDS = ("local", "rucio")
+
+
+def open_data_manager(backend: str | None = None) -> DataManager:
+    """The DataManager for ``backend`` (``local`` | ``rucio``); None means the setting
+    ($GRIDML_DATA_BACKEND, default ``local``). The local store lives in settings().store_dir;
+    Rucio reads its own configuration (RUCIO_CONFIG / rucio.cfg, RUCIO_ACCOUNT)."""
+    from gridml.settings import settings
+
+    name = (backend or settings().data_backend).strip().lower()
+    if name == "local":
+        from gridml.data.local import LocalStore
+
+        return LocalStore(settings().store_dir)
+    if name == "rucio":
+        from gridml.data.rucio import RucioStore
+
+        return RucioStore()
+    raise UsageError(f"unknown data backend {name!r}",
+                     hint=f"use one of: {', '.join(BACKENDS)} (--backend or $GRIDML_DATA_BACKEND)")
