@@ -163,13 +163,18 @@ class Campaign:
             for did in self.spec.data.dids(which):
                 if did not in self._inputs:
                     dest = self.runs_dir / self.study.name / "inputs"
-                    self._inputs[did] = self.data.stage_in(did, dest)
-                for f in self._inputs[did]:
-                    paths[which].append(str(f.path))
+                    self._inputs[did] = self.data.resolve(did) if self._remote \
+                        else self.data.stage_in(did, dest)
+                for f in self._inputs[did]:  # remote jobs find their staged files by name
+                    paths[which].append(f.did.name if self._remote else str(f.path))
                     inputs.append({"did": str(f.did), "dataset": did, "adler32": f.adler32, "bytes": f.bytes})
         return paths["train"], paths["validation"], inputs
 
     # ---- following and finishing ----------------------------------------------------------
+    @property
+    def _remote(self) -> bool:
+        return bool(getattr(self.executor, "remote", False))
+
     def _follow(self, trial: Trial) -> None:
         handle = self._handles.get(trial.id) or trial.external_id
         if not handle:  # recorded as submitted, but the controller died before the executor call
@@ -199,7 +204,8 @@ class Campaign:
         result = _read_json(outputs / "result.json")
         if status.state == "completed" and objective is not None:
             state = "pruned" if result.get("state") == "pruned" else "completed"
-            files = self.store_outputs(trial, outputs, objective)
+            files = status.stored_outputs if status.stored_outputs is not None \
+                else self.store_outputs(trial, outputs, objective)
             self.store.update_trial(trial.id, state=state, objective=objective, finished=now(),
                                     outputs=files)
             return

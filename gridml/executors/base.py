@@ -38,10 +38,15 @@ class TaskStatus:
     state: str  # submitted | running | completed | failed | killed | unknown
     message: str = ""
     log_tail: str = ""  # last lines of the trial's log when it failed
+    # Remote executors (PanDA) whose pilot already stored the outputs in the output dataset set
+    # this ([{did, name, bytes, adler32}]) and put metrics.jsonl/result.json into
+    # <workdir>/outputs for the controller; the controller then uploads nothing itself.
+    stored_outputs: list[dict[str, Any]] | None = None
 
 
 class Executor(Protocol):
     name: str
+    remote: bool  # True: the job stages its inputs in itself (trial file lists file names, not paths)
 
     def submit(self, req: TaskRequest) -> str: ...  # -> handle (external id); idempotent per trial
     def poll(self, handle: str) -> TaskStatus: ...

@@ -18,6 +18,7 @@ def render_local(req: TaskRequest) -> dict[str, Any]:
 
 class DryRunExecutor:
     name = "dryrun"
+    remote = False
 
     def __init__(self, render: Any = render_local) -> None:
         self.render = render

@@ -44,6 +44,7 @@ def tail(path: Path, lines: int = 30) -> str:
 
 class LocalExecutor:
     name = "local"
+    remote = False
 
     def __init__(self, grace_s: float = 10.0) -> None:
         self.grace_s = grace_s

@@ -15,11 +15,18 @@ cycle, so a searcher must give *different* proposals when rebuilt with more obse
 pending points (seed its randomness from (seed, number of observations + pending)).
 Values are the raw objective; searchers flip the sign themselves for ``direction="maximize"`` and
 skip NaN/None (failed trials must not poison the model).
+
+:class:`BaseSearcher` does that bookkeeping once; a backend implements ``_propose``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+import math
+from typing import Any, ClassVar, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from gridml.errors import SearchError
 
 Point = dict[str, Any]
 
@@ -30,3 +37,89 @@ class Searcher(Protocol):
     # may return fewer than n (grid exhausted: then exhausted is True)
     @property
     def exhausted(self) -> bool: ...
+
+
+class BaseSearcher:
+    """Stores observations, checks arguments, and keeps proposals new; subclasses propose."""
+
+    name: ClassVar[str] = "base"
+    defaults: ClassVar[Mapping[str, Any]] = {}  # the options this algorithm takes
+
+    def __init__(self, space: Any, *, seed: int = 0, direction: str = "minimize",
+                 **options: Any) -> None:
+        from gridml.search.space import Space
+
+        if direction not in ("minimize", "maximize"):
+            raise SearchError(f"direction {direction!r} is not known",
+                              hint="use minimize or maximize")
+        unknown = sorted(set(options) - set(self.defaults))
+        if unknown:
+            raise SearchError(f"search.options: {unknown} not understood by {self.name!r}",
+                              hint=f"it takes {sorted(self.defaults) or 'no options'}")
+        self.space = space if isinstance(space, Space) else Space(space)
+        self.seed = int(seed)
+        self.direction = direction
+        self.options = {**self.defaults, **options}
+        self.told: list[Point] = []
+        self.values: list[float | None] = []
+        self._exhausted = False
+
+    @property
+    def exhausted(self) -> bool:
+        """True once no new point is left to propose (grid done, small discrete space used up)."""
+        return self._exhausted
+
+    def tell(self, points: Sequence[Point], values: Sequence[float | None]) -> None:
+        """Add finished observations (raw objective; None or NaN for failed trials)."""
+        if len(points) != len(values):
+            raise SearchError(f"tell: {len(points)} points but {len(values)} values",
+                              hint="give one value (None for a failed trial) per point")
+        self.space.columns(points)  # checks every point against the space
+        self.told += [dict(p) for p in points]
+        self.values += [_as_value(v) for v in values]
+
+    def ask(self, n: int, pending: Sequence[Point] = ()) -> list[Point]:
+        """Up to ``n`` new points, none equal to a told or pending one."""
+        if n <= 0:
+            return []
+        pending = [dict(p) for p in pending]
+        seen = set(self.space.keys(self.space.columns(self.told + pending)))
+        points = self._propose(int(n), pending, seen)
+        return points[:n]
+
+    def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
+        raise NotImplementedError
+
+    # ---- helpers for subclasses -----------------------------------------------------------
+    def rng(self, pending: Sequence[Point], salt: int = 0) -> np.random.Generator:
+        """Randomness derived from (seed, observations + pending): a rebuilt searcher differs."""
+        count = len(self.told) + len(pending)
+        return np.random.default_rng([self.seed % 2**63, count, salt])
+
+    def observations(self) -> tuple[list[Point], np.ndarray]:
+        """Finite observations, as values to *minimise* (the sign flipped for maximize)."""
+        keep = [i for i, v in enumerate(self.values) if v is not None]
+        y = np.array([self.values[i] for i in keep], dtype=float)
+        return [self.told[i] for i in keep], (-y if self.direction == "maximize" else y)
+
+    def novel(self, candidates: list[Point], seen: set[tuple], n: int) -> list[Point]:
+        """The first ``n`` candidates not in ``seen`` (which is updated) nor repeated."""
+        out = []
+        for point, key in zip(candidates, self.space.keys(self.space.columns(candidates))):
+            if key not in seen:
+                seen.add(key)
+                out.append(point)
+                if len(out) == n:
+                    break
+        return out
+
+
+def _as_value(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError) as exc:
+        raise SearchError(f"tell: objective value {v!r} is not a number",
+                          hint="give a float, or None for a failed trial") from exc
+    return f if math.isfinite(f) else None
