@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# System packages the test suite needs (Debian): Chromium + chromedriver for the dashboard test,
+# PostgreSQL for the server/store tests. Idempotent: installs only what is missing.
+set -euo pipefail
+need=()
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "[system-deps] installing ${need[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
