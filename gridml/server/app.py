@@ -1,0 +1,83 @@
+"""The FastAPI app factory: ``create_app(store) -> FastAPI``.
+
+Routers per resource (``gridml.server.routes``), gridml errors mapped to HTTP statuses once here:
+NotFoundError 404, ConflictError 409, SpecError 422, SearchError 409, other GridmlError 400,
+database trouble 503. Every error body is ``{"detail": message, "hint": fix or null}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from gridml.errors import (ConflictError, GridmlError, NotFoundError, SearchError, SpecError,
+                           StoreError)
+from gridml.server.db import SqlStore
+
+DASHBOARD = Path(__file__).resolve().parent / "dashboard"
+STATUS = [(NotFoundError, 404), (ConflictError, 409), (SpecError, 422), (SearchError, 409),
+          (StoreError, 400), (GridmlError, 400)]
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+class SafeJSON(JSONResponse):
+    """JSON without NaN/Infinity (a diverged loss is reported as null, never a 500)."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return json.dumps(content, ensure_ascii=False, allow_nan=False,
+                              separators=(",", ":")).encode()
+        except ValueError:
+            return json.dumps(_finite(content), separators=(",", ":")).encode()
+
+
+def _error_body(exc: GridmlError) -> dict[str, Any]:
+    return {"detail": exc.message, "hint": exc.hint}
+
+
+def _install_errors(app: FastAPI) -> None:
+    async def gridml_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, GridmlError)
+        status = next(code for cls, code in STATUS if isinstance(exc, cls))
+        return SafeJSON(_error_body(exc), status_code=status)
+
+    async def db_error(_request: Request, exc: Exception) -> JSONResponse:
+        return SafeJSON({"detail": f"database unavailable: {type(exc).__name__}",
+                         "hint": "retry; the server's log has the cause"}, status_code=503)
+
+    from sqlalchemy.exc import OperationalError
+
+    app.add_exception_handler(GridmlError, gridml_error)
+    app.add_exception_handler(OperationalError, db_error)
+
+
+def create_app(store: SqlStore, *, open_reads: bool = True) -> FastAPI:
+    """The metrics API on ``store``. ``open_reads``: GET routes work without a token (local use,
+    dashboard); a ``gridml serve`` for a group turns it off and every read needs a token."""
+    from gridml.server import metrics
+    from gridml.server.routes import dashboard, studies, system, trials
+
+    app = FastAPI(title="gridml metrics API", version="1", default_response_class=SafeJSON,
+                  description="Studies, trials, per-epoch metrics, search and early stopping "
+                              "for gridml campaigns. Auth: `Authorization: Bearer <token>`.")
+    app.state.store = store
+    app.state.open_reads = open_reads
+    for router in (studies.router, trials.router, system.router, dashboard.router):
+        app.include_router(router)
+    _install_errors(app)
+    app.add_middleware(metrics.RequestMetrics)
+    return app

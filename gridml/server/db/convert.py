@@ -1,0 +1,87 @@
+"""Rows <-> the dataclasses of ``gridml.store``; canonical forms for hashing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from gridml.server.db.models import OutputRow, StudyRow, TrialRow
+from gridml.store import EpochReport, Study, Trial
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def aware(value: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes: gridml stores UTC, so mark them as such."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=timezone.utc)
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def canonical_epoch(report: EpochReport) -> dict[str, Any]:
+    """The report as stored: numbers normalised so 3 and 3.0 compare equal."""
+    body = report.to_json()
+    body["metrics"] = {k: float(v) for k, v in sorted(report.metrics.items())}
+    for key in ("epoch_time", "samples_per_s", "input_wait_frac", "peak_rss_mb"):
+        body[key] = _num(body[key])
+    body["threads"] = None if report.threads is None else int(report.threads)
+    return body
+
+
+def body_hash(body: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON; NaN is written as a string so it equals itself."""
+    return sha256(json.dumps(_finite_or_str(body), sort_keys=True, separators=(",", ":")))
+
+
+def _finite_or_str(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _finite_or_str(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_str(v) for v in value]
+    return value
+
+
+def to_study(row: StudyRow, token: str | None = None) -> Study:
+    return Study(id=row.id, name=row.name, spec=row.spec, spec_hash=row.spec_hash,
+                 state=row.state, created=aware(row.created), token=token)
+
+
+def to_trial(row: TrialRow, outputs: Sequence[OutputRow] = (), token: str | None = None) -> Trial:
+    return Trial(
+        id=row.id, study_id=row.study_id, number=row.number, hparams=dict(row.hparams),
+        state=row.state, objective=row.objective, epochs_done=row.epochs_done, error=row.error,
+        source=row.source, external_id=row.external_id, attempts=row.attempts,
+        last_heartbeat=aware(row.last_heartbeat), created=aware(row.created),
+        started=aware(row.started), finished=aware(row.finished),
+        outputs=[to_output(o) for o in outputs], token=token,
+    )
+
+
+def to_output(row: OutputRow) -> dict[str, Any]:
+    out: dict[str, Any] = {"did": row.did, "name": row.name, "bytes": row.bytes,
+                           "adler32": row.adler32}
+    out.update(row.extra or {})
+    return out
+
+
+def output_row(trial_id: int, out: dict[str, Any]) -> OutputRow:
+    known = {"did", "name", "bytes", "adler32"}
+    return OutputRow(trial_id=trial_id, did=str(out["did"]),
+                     name=str(out.get("name") or str(out["did"]).split(":")[-1]),
+                     bytes=out.get("bytes"), adler32=out.get("adler32"),
+                     extra={k: v for k, v in out.items() if k not in known})

@@ -1,0 +1,126 @@
+"""Engines for the metrics store, and Alembic migrations applied on open.
+
+SQLite is made safe for several processes on one file (the controller and a uvicorn server):
+WAL journal, a busy timeout, and write transactions that start with ``BEGIN IMMEDIATE`` so two
+writers queue on the lock instead of failing when a read transaction tries to upgrade.
+PostgreSQL needs none of this (row locks); its URL is normalised to the psycopg 3 driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from pathlib import Path
+from typing import Any, Iterator
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from gridml.errors import StoreError
+
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+BUSY_TIMEOUT_MS = 30_000
+
+
+def normalise_url(url: str) -> str:
+    """``postgresql://`` / ``postgres://`` -> psycopg 3 driver; others unchanged."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a SQLite URL (None for an in-memory database)."""
+    db = make_url(url).database
+    return None if db in (None, "", ":memory:") else Path(db)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` with the pragmas / pool settings gridml relies on."""
+    url = normalise_url(url)
+    if not is_sqlite(url):
+        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    path = sqlite_path(url)
+    if path is None:
+        engine = create_engine(url, poolclass=StaticPool,
+                               connect_args={"check_same_thread": False})
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                               pool_size=8, max_overflow=16)
+    _sqlite_events(engine)
+    return engine
+
+
+def _sqlite_events(engine: Engine) -> None:
+    """Pragmas on every connection; gridml, not pysqlite, emits BEGIN (IMMEDIATE for writers)."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "")
+        conn.exec_driver_sql(f"BEGIN {mode}".strip())
+
+
+def writer(engine: Engine) -> Engine:
+    """The same engine, but its transactions take SQLite's write lock at BEGIN."""
+    return engine.execution_options(sqlite_begin="IMMEDIATE") if is_sqlite(str(engine.url)) \
+        else engine
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[Any]:
+    """One migrator at a time: a file lock for SQLite, an advisory lock for PostgreSQL."""
+    url = str(engine.url)
+    if is_sqlite(url):
+        path = sqlite_path(url)
+        with engine.connect() as conn:
+            if path is None:
+                yield conn
+                return
+            with open(f"{path}.migrate.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                yield conn
+        return
+    with engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(74201)"))
+        conn.commit()
+        try:
+            yield conn
+        finally:
+            conn.rollback()
+            conn.execute(text("SELECT pg_advisory_unlock(74201)"))
+            conn.commit()
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (no-op when already there)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    try:
+        with _migration_lock(engine) as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+            conn.commit()
+    except Exception as exc:  # sqlalchemy / alembic: report which database and how to fix
+        raise StoreError(f"cannot prepare the metrics database {engine.url!r}: {exc}",
+                         hint="check the database URL (--db / GRIDML_DB_URL) and that the "
+                              "server is running and writable") from exc

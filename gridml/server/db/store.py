@@ -1,0 +1,300 @@
+"""``SqlStore``: the MetricsStore seam (``gridml.store``) on SQLAlchemy (SQLite or PostgreSQL).
+
+Safe for several processes on one database (controller + server workers). Tokens are
+``secrets.token_urlsafe`` values handed out once and stored as sha256 only; they are never logged.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gridml.errors import ConflictError, NotFoundError, StoreError
+from gridml.server.db import convert
+from gridml.server.db.convert import utcnow
+from gridml.server.db.engine import make_engine, migrate, writer
+from gridml.server.db.models import EpochRow, OutputRow, StudyRow, TokenRow, TrialRow
+from gridml.store import FINISHED_STATES, TRIAL_STATES, EpochReport, Study, Trial
+
+STUDY_STATES = ("running", "finished", "stopped")
+UPDATABLE = {"state", "objective", "error", "external_id", "attempts", "started", "finished",
+             "outputs", "hparams", "epochs_done", "last_heartbeat"}
+_STUDIES_HINT = "run `gridml status` to list the studies this store knows"
+
+
+def new_token(kind: str) -> str:
+    """A fresh bearer token; the prefix says what it opens (gms_: study, gmt_: trial)."""
+    return f"gm{kind[0]}_{secrets.token_urlsafe(32)}"
+
+
+class SqlStore:
+    """The metrics store. Build it with :func:`open_store` (which applies migrations)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self._writer = writer(self.engine)
+
+    # -- sessions ------------------------------------------------------------------------------
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session:
+            yield session
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with Session(self._writer, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- studies -------------------------------------------------------------------------------
+    def create_study(self, name: str, spec: dict[str, Any], spec_hash: str) -> Study:
+        token = new_token("study")
+        try:
+            with self._write() as s:
+                row = StudyRow(name=name, spec=spec, spec_hash=spec_hash, state="running",
+                               created=utcnow())
+                s.add(row)
+                s.flush()
+                s.add(TokenRow(token_hash=convert.sha256(token), study_id=row.id,
+                               created=utcnow()))
+        except IntegrityError as exc:
+            raise ConflictError(f"study '{name}' already exists",
+                                hint=f"choose another `name:` in the spec, or continue it "
+                                     f"with `gridml resume {name}`") from exc
+        return convert.to_study(row, token=token)
+
+    def get_study(self, ref: str | int) -> Study:
+        with self._read() as s:
+            row = self._study_row(s, ref)
+            return convert.to_study(row)
+
+    def _study_row(self, s: Session, ref: str | int) -> StudyRow:
+        row = None
+        if isinstance(ref, str):
+            row = s.scalar(select(StudyRow).where(StudyRow.name == ref))
+        if row is None and (isinstance(ref, int) or str(ref).isdigit()):
+            ident = int(ref)
+            row = s.get(StudyRow, ident) if 0 < ident < 2**62 else None
+        if row is None:
+            raise NotFoundError(f"study '{ref}' not found", hint=_STUDIES_HINT)
+        return row
+
+    def list_studies(self) -> list[Study]:
+        with self._read() as s:
+            return [convert.to_study(r) for r in s.scalars(select(StudyRow).order_by(StudyRow.id))]
+
+    def set_study_state(self, study_id: int, state: str) -> None:
+        if state not in STUDY_STATES:
+            raise StoreError(f"unknown study state '{state}'", hint=f"use one of {STUDY_STATES}")
+        with self._write() as s:
+            self._study_row(s, study_id).state = state
+
+    def check_study_token(self, study_id: int, token: str) -> bool:
+        return self.resolve_token(token) == (study_id, None)
+
+    # -- tokens --------------------------------------------------------------------------------
+    def resolve_token(self, token: str) -> tuple[int, int | None] | None:
+        """``(study_id, trial_id or None)`` that ``token`` opens, or None if it opens nothing."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(TokenRow.study_id, TokenRow.trial_id)
+                               .where(TokenRow.token_hash == convert.sha256(token))).first()
+        return None if row is None else (row[0], row[1])
+
+    def issue_trial_token(self, trial_id: int) -> str:
+        token = new_token("trial")
+        with self._write() as s:
+            trial = self._trial_row(s, trial_id)
+            s.execute(delete(TokenRow).where(TokenRow.trial_id == trial_id))
+            s.add(TokenRow(token_hash=convert.sha256(token), study_id=trial.study_id,
+                           trial_id=trial_id, created=utcnow()))
+        return token
+
+    def check_trial_token(self, trial_id: int, token: str) -> bool:
+        found = self.resolve_token(token)
+        return found is not None and found[1] == trial_id
+
+    # -- trials --------------------------------------------------------------------------------
+    def create_trial(self, study_id: int, hparams: dict[str, Any], *, source: str = "searcher",
+                     state: str = "queued") -> Trial:
+        _check_state(state)
+        token = new_token("trial")
+        for _ in range(5):  # PostgreSQL: two writers may pick the same number; retry
+            try:
+                with self._write() as s:
+                    row = self._insert_trial(s, study_id, hparams, source, state)
+                    s.add(TokenRow(token_hash=convert.sha256(token), study_id=study_id,
+                                   trial_id=row.id, created=utcnow()))
+                return convert.to_trial(row, token=token)
+            except IntegrityError:
+                continue
+        raise StoreError(f"could not number a new trial of study {study_id}",
+                         hint="too many concurrent writers; retry")
+
+    def _insert_trial(self, s: Session, study_id: int, hparams: dict[str, Any], source: str,
+                      state: str) -> TrialRow:
+        self._study_row(s, study_id)
+        number = s.scalar(select(func.coalesce(func.max(TrialRow.number) + 1, 0))
+                          .where(TrialRow.study_id == study_id))
+        row = TrialRow(study_id=study_id, number=number, hparams=hparams, state=state,
+                       epochs_done=0, source=source, attempts=0, created=utcnow())
+        s.add(row)
+        s.flush()
+        return row
+
+    def get_trial(self, trial_id: int) -> Trial:
+        with self._read() as s:
+            row = self._trial_row(s, trial_id)
+            return convert.to_trial(row, self._outputs(s, [row.id]).get(row.id, []))
+
+    def _trial_row(self, s: Session, trial_id: int) -> TrialRow:
+        row = s.get(TrialRow, trial_id) if 0 < trial_id < 2**62 else None
+        if row is None:
+            raise NotFoundError(f"trial {trial_id} not found",
+                                hint="`gridml status STUDY` lists the trials of a study")
+        return row
+
+    def get_trial_by_number(self, study_id: int, number: int) -> Trial:
+        with self._read() as s:
+            row = s.scalar(select(TrialRow).where(TrialRow.study_id == study_id,
+                                                  TrialRow.number == number))
+            if row is None:
+                raise NotFoundError(f"trial number {number} of study {study_id} not found",
+                                    hint="`gridml status STUDY` lists the trials of a study")
+            return convert.to_trial(row, self._outputs(s, [row.id]).get(row.id, []))
+
+    def list_trials(self, study_id: int, states: tuple[str, ...] | None = None, *,
+                    limit: int | None = None, offset: int = 0) -> list[Trial]:
+        with self._read() as s:
+            query = select(TrialRow).where(TrialRow.study_id == study_id)
+            if states:
+                query = query.where(TrialRow.state.in_(states))
+            query = query.order_by(TrialRow.number).offset(offset).limit(limit)
+            rows = list(s.scalars(query))
+            outputs = self._outputs(s, [r.id for r in rows])
+            return [convert.to_trial(r, outputs.get(r.id, [])) for r in rows]
+
+    def count_trials(self, study_id: int | None = None) -> dict[str, int]:
+        """Trials by state (of one study, or of all)."""
+        with self._read() as s:
+            query = select(TrialRow.state, func.count()).group_by(TrialRow.state)
+            if study_id is not None:
+                query = query.where(TrialRow.study_id == study_id)
+            return {state: n for state, n in s.execute(query)}
+
+    def _outputs(self, s: Session, trial_ids: list[int]) -> dict[int, list[OutputRow]]:
+        found: dict[int, list[OutputRow]] = {}
+        if trial_ids:
+            query = select(OutputRow).where(OutputRow.trial_id.in_(trial_ids)) \
+                .order_by(OutputRow.id)
+            for row in s.scalars(query):
+                found.setdefault(row.trial_id, []).append(row)
+        return found
+
+    def update_trial(self, trial_id: int, **fields: Any) -> Trial:
+        unknown = set(fields) - UPDATABLE
+        if unknown:
+            raise StoreError(f"update_trial: unknown field(s) {sorted(unknown)}",
+                             hint=f"updatable: {sorted(UPDATABLE)}")
+        if "state" in fields:
+            _check_state(fields["state"])
+        outputs = fields.pop("outputs", None)
+        with self._write() as s:
+            row = self._trial_row(s, trial_id)
+            for key, value in fields.items():
+                setattr(row, key, value)
+            if outputs is not None:
+                s.execute(delete(OutputRow).where(OutputRow.trial_id == trial_id))
+                s.add_all(convert.output_row(trial_id, o) for o in outputs)
+        return self.get_trial(trial_id)
+
+    def heartbeat(self, trial_id: int) -> None:
+        """Sign of life; a submitted trial that beats is running."""
+        now = utcnow()
+        with self._write() as s:
+            row = self._trial_row(s, trial_id)
+            row.last_heartbeat = now
+            _mark_running(row, now)
+
+    # -- epochs --------------------------------------------------------------------------------
+    def record_epoch(self, trial_id: int, report: EpochReport) -> bool:
+        """Store one epoch; idempotent on (trial, epoch). Same body: False; other body: 409."""
+        body = convert.canonical_epoch(report)
+        digest = convert.body_hash(body)
+        try:
+            with self._write() as s:
+                return self._record(s, trial_id, report.epoch, body, digest)
+        except IntegrityError:  # a concurrent writer stored this epoch first (PostgreSQL)
+            with self._write() as s:
+                return self._record(s, trial_id, report.epoch, body, digest)
+
+    def _record(self, s: Session, trial_id: int, epoch: int, body: dict[str, Any],
+                digest: str) -> bool:
+        stored = s.scalar(select(EpochRow.body_hash).where(EpochRow.trial_id == trial_id,
+                                                           EpochRow.epoch == epoch))
+        if stored is not None:
+            if stored == digest:
+                return False
+            raise ConflictError(f"trial {trial_id} epoch {epoch} was already reported with "
+                                "different metrics", hint="reports are write-once; "
+                                "resend the original body or report the next epoch")
+        row = self._trial_row(s, trial_id)
+        now = utcnow()
+        s.add(EpochRow(trial_id=trial_id, epoch=epoch, body=body, body_hash=digest, created=now))
+        s.flush()
+        row.epochs_done = max(row.epochs_done or 0, epoch)
+        row.last_heartbeat = now
+        _mark_running(row, now)
+        return True
+
+    def list_epochs(self, trial_id: int) -> list[EpochReport]:
+        with self._read() as s:
+            self._trial_row(s, trial_id)
+            bodies = s.scalars(select(EpochRow.body).where(EpochRow.trial_id == trial_id)
+                               .order_by(EpochRow.epoch))
+            return [EpochReport.from_json(b) for b in bodies]
+
+    def study_epochs(self, study_id: int) -> dict[int, list[EpochReport]]:
+        """All epochs of a study's trials, by trial id (for the dashboard and early stopping)."""
+        with self._read() as s:
+            query = select(EpochRow.trial_id, EpochRow.body).join(TrialRow) \
+                .where(TrialRow.study_id == study_id).order_by(EpochRow.trial_id, EpochRow.epoch)
+            found: dict[int, list[EpochReport]] = {}
+            for trial_id, body in s.execute(query):
+                found.setdefault(trial_id, []).append(EpochReport.from_json(body))
+            return found
+
+
+def _check_state(state: str) -> None:
+    if state not in TRIAL_STATES:
+        raise StoreError(f"unknown trial state '{state}'", hint=f"use one of {TRIAL_STATES}")
+
+
+def _mark_running(row: TrialRow, now: Any) -> None:
+    if row.state in ("queued", "submitted"):
+        row.state = "running"
+    if row.started is None:
+        row.started = now
+
+
+def open_store(url: str | None = None) -> SqlStore:
+    """The metrics store at ``url`` (default: ``settings().db_url``), migrated to the newest
+    schema. SQLite URLs get WAL + busy timeout; ``postgresql://`` uses psycopg 3."""
+    if url is None:
+        from gridml.settings import settings
+
+        url = settings().db_url
+    store = SqlStore(url)
+    migrate(store.engine)
+    return store
+
+
+__all__ = ["SqlStore", "open_store", "FINISHED_STATES"]

@@ -1,0 +1,71 @@
+"""Shared dependencies of the routers: the store and who the bearer token belongs to.
+
+Rules: a study token may read and write its own study and its trials; a trial token may write
+only its own trial (epochs, heartbeat, finish) and read its own study. Any other study or trial:
+403. No or unknown token: 401, unless the app was created with ``open_reads`` and the request
+only reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+
+from gridml.server.db import SqlStore
+from gridml.store import Study, Trial
+
+
+@dataclass(frozen=True)
+class Principal:
+    study_id: int | None  # None: anonymous reader (open_reads)
+    trial_id: int | None = None
+
+
+def get_store(request: Request) -> SqlStore:
+    return request.app.state.store  # type: ignore[no-any-return]
+
+
+def principal(request: Request, store: Annotated[SqlStore, Depends(get_store)]) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        if request.method == "GET" and request.app.state.open_reads:
+            return Principal(None)
+        raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <study or "
+                                 "trial token>' (the study token is printed by `gridml submit`)")
+    found = store.resolve_token(token.strip())
+    if found is None:
+        raise HTTPException(401, "unknown or revoked token")
+    return Principal(*found)
+
+
+Who = Annotated[Principal, Depends(principal)]
+Store = Annotated[SqlStore, Depends(get_store)]
+
+
+def can_read_study(who: Principal, study: Study) -> None:
+    if who.study_id is not None and who.study_id != study.id:
+        raise HTTPException(403, f"this token does not open study '{study.name}'")
+
+
+def can_write_study(who: Principal, study: Study) -> None:
+    if who.study_id != study.id or who.trial_id is not None:
+        raise HTTPException(403, f"writing study '{study.name}' needs its study token")
+
+
+def can_read_trial(who: Principal, trial: Trial) -> None:
+    if who.study_id is not None and who.study_id != trial.study_id:
+        raise HTTPException(403, f"this token does not open trial {trial.id}")
+
+
+def can_write_trial(who: Principal, trial_id: int, study_id: int) -> None:
+    """Its own trial token, or the study token of the trial's study."""
+    if who.trial_id is not None:
+        if who.trial_id != trial_id:
+            raise HTTPException(403, f"a trial token may write only its own trial, "
+                                     f"not trial {trial_id}")
+        return
+    if who.study_id != study_id:
+        raise HTTPException(403, f"this token does not open trial {trial_id}")

@@ -1,0 +1,1 @@
+"""One router per resource: studies, trials, system (health, Prometheus metrics)."""

@@ -1,0 +1,107 @@
+"""/api/v1/studies: create, list, summary, trials (list, enqueue), ask, all epochs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Query
+
+from gridml.server import metrics, searching
+from gridml.server.deps import Principal, Store, Who, can_read_study, can_write_study
+from gridml.server.schemas import (AskOut, EpochOut, StudyCreate, StudyCreated, StudyOut,
+                                   StudySummary, TrialEnqueue, TrialOut, TrialPage)
+from gridml.store import TRIAL_STATES, Study, Trial
+
+router = APIRouter(prefix="/api/v1/studies", tags=["studies"])
+StudyRef = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$",
+                                 description="study id or name")]
+
+
+def _study(store: Store, ref: str, who: Principal, write: bool = False) -> Study:
+    study = store.get_study(ref)
+    (can_write_study if write else can_read_study)(who, study)
+    return study
+
+
+@router.post("", status_code=201, response_model=StudyCreated)
+def create_study(body: StudyCreate, store: Store) -> StudyCreated:
+    """Create a study from a (resolved) spec; the study token is in the reply, once."""
+    spec_hash = body.spec_hash or hashlib.sha256(
+        json.dumps(body.spec, sort_keys=True).encode()).hexdigest()
+    study = store.create_study(body.name, body.spec, spec_hash)
+    return StudyCreated(**StudyOut.of(study).model_dump(), token=study.token or "")
+
+
+@router.get("", response_model=list[StudyOut])
+def list_studies(store: Store, who: Who) -> list[StudyOut]:
+    """All studies (anonymous reader), or the one study a token opens."""
+    return [StudyOut.of(s) for s in store.list_studies()
+            if who.study_id is None or s.id == who.study_id]
+
+
+@router.get("/{study}", response_model=StudySummary)
+def get_study(study: StudyRef, store: Store, who: Who) -> StudySummary:
+    """Summary: trial counts by state and the best completed trial."""
+    found = _study(store, study, who)
+    trials = store.list_trials(found.id)
+    counts = {state: 0 for state in TRIAL_STATES}
+    for trial in trials:
+        counts[trial.state] += 1
+    best = _best(found, trials)
+    return StudySummary(**StudyOut.of(found).model_dump(), counts=counts,
+                        best=TrialOut.of(best) if best else None)
+
+
+def _best(study: Study, trials: list[Trial]) -> Trial | None:
+    done = [t for t in trials if t.state == "completed" and t.objective is not None
+            and t.objective == t.objective]
+    maximize = (study.spec.get("search") or {}).get("direction") == "maximize"
+    if not done:
+        return None
+    return (max if maximize else min)(done, key=lambda t: t.objective)  # type: ignore[arg-type]
+
+
+@router.get("/{study}/trials", response_model=TrialPage)
+def list_trials(study: StudyRef, store: Store, who: Who,
+                state: Annotated[list[str] | None, Query()] = None,
+                limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                offset: Annotated[int, Query(ge=0, le=2**31)] = 0) -> TrialPage:
+    """Trials in number order; ``state`` (repeatable or comma-separated) filters."""
+    found = _study(store, study, who)
+    states = tuple(s for item in state or [] for s in item.split(",") if s) or None
+    bad = [s for s in states or () if s not in TRIAL_STATES]
+    if bad:
+        raise HTTPException(422, f"unknown state(s) {bad}: use {list(TRIAL_STATES)}")
+    trials = store.list_trials(found.id, states, limit=limit, offset=offset)
+    total = sum(n for s, n in store.count_trials(found.id).items() if not states or s in states)
+    return TrialPage(trials=[TrialOut.of(t) for t in trials], total=total, limit=limit,
+                     offset=offset)
+
+
+@router.post("/{study}/trials", status_code=201, response_model=TrialOut)
+def enqueue_trial(study: StudyRef, body: TrialEnqueue, store: Store, who: Who) -> TrialOut:
+    """An external optimizer's point: validated against the space, queued for the controller."""
+    found = _study(store, study, who, write=True)
+    searching.validate_hparams(found, body.hparams)
+    trial = store.create_trial(found.id, body.hparams, source="external", state="queued")
+    metrics.TRIALS_ENQUEUED.inc()
+    return TrialOut.of(trial)
+
+
+@router.post("/{study}/ask", response_model=AskOut)
+def ask(study: StudyRef, store: Store, who: Who,
+        n: Annotated[int, Query(ge=1, le=256)] = 1) -> AskOut:
+    """``n`` points proposed by the study's own searcher (nothing is enqueued)."""
+    found = _study(store, study, who, write=True)
+    points, exhausted = searching.ask(store, found, n)
+    return AskOut(points=points, exhausted=exhausted)
+
+
+@router.get("/{study}/epochs", response_model=dict[str, list[EpochOut]])
+def study_epochs(study: StudyRef, store: Store, who: Who) -> dict[str, list[EpochOut]]:
+    """Every stored epoch of every trial, keyed by trial id (dashboard, external analysis)."""
+    found = _study(store, study, who)
+    return {str(tid): [EpochOut(**r.to_json()) for r in reports]
+            for tid, reports in store.study_epochs(found.id).items()}

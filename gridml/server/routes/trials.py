@@ -1,0 +1,89 @@
+"""/api/v1/trials/{trial}: one trial, its epochs, heartbeat, finish, should-stop."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+
+from gridml.errors import ConflictError
+from gridml.server import metrics, searching
+from gridml.server.db.convert import utcnow
+from gridml.server.deps import Principal, Store, Who, can_read_trial, can_write_trial
+from gridml.server.schemas import (EpochAck, EpochIn, EpochOut, FinishIn, Heartbeat, ShouldStop,
+                                   TrialOut)
+from gridml.store import FINISHED_STATES, Trial
+
+router = APIRouter(prefix="/api/v1/trials", tags=["trials"])
+TrialId = Annotated[int, Path(ge=1, le=2**53, description="trial id (unique over all studies)")]
+
+
+def _writable(store: Store, trial: int, who: Principal) -> None:
+    """Check write access, fetching the trial only when the token is not its own trial token."""
+    if who.trial_id == trial:
+        return
+    can_write_trial(who, trial, store.get_trial(trial).study_id)
+
+
+@router.get("/{trial}", response_model=TrialOut)
+def get_trial(trial: TrialId, store: Store, who: Who) -> TrialOut:
+    found = store.get_trial(trial)
+    can_read_trial(who, found)
+    return TrialOut.of(found)
+
+
+@router.post("/{trial}/epochs", response_model=EpochAck)
+def post_epoch(trial: TrialId, body: EpochIn, store: Store, who: Who,
+               response: Response) -> EpochAck:
+    """One epoch's report; a repeat of the same body is a no-op (200), another body is 409."""
+    _writable(store, trial, who)
+    stored = store.record_epoch(trial, body.report())
+    response.status_code = 201 if stored else 200
+    (metrics.REPORTS if stored else metrics.REPEATS).inc()
+    return EpochAck(trial_id=trial, epoch=body.epoch, stored=stored)
+
+
+@router.get("/{trial}/epochs", response_model=list[EpochOut])
+def list_epochs(trial: TrialId, store: Store, who: Who) -> list[EpochOut]:
+    can_read_trial(who, store.get_trial(trial))
+    return [EpochOut(**r.to_json()) for r in store.list_epochs(trial)]
+
+
+@router.post("/{trial}/heartbeat", response_model=Heartbeat)
+def heartbeat(trial: TrialId, store: Store, who: Who) -> Heartbeat:
+    _writable(store, trial, who)
+    store.heartbeat(trial)
+    found = store.get_trial(trial)
+    return Heartbeat(trial_id=trial, last_heartbeat=found.last_heartbeat, state=found.state)
+
+
+@router.post("/{trial}/finish", response_model=TrialOut)
+def finish(trial: TrialId, body: FinishIn, store: Store, who: Who) -> TrialOut:
+    """Mark the trial finished; the objective defaults to the last epoch's objective metric."""
+    _writable(store, trial, who)
+    found = store.get_trial(trial)
+    if found.state in FINISHED_STATES:
+        return TrialOut.of(_repeat_finish(found, body))
+    objective = body.objective
+    if objective is None:
+        study = store.get_study(found.study_id)
+        metric = (study.spec.get("search") or {}).get("objective", "val_loss")
+        objective = searching.objective_of(store.list_epochs(trial), metric)
+    return TrialOut.of(store.update_trial(trial, state=body.state, objective=objective,
+                                          error=body.error, finished=utcnow()))
+
+
+def _repeat_finish(found: Trial, body: FinishIn) -> Trial:
+    if found.state != body.state:
+        raise ConflictError(f"trial {found.id} already finished as '{found.state}'",
+                            hint="a finished trial cannot change state")
+    return found
+
+
+@router.get("/{trial}/should-stop", response_model=ShouldStop)
+def should_stop(trial: TrialId, store: Store, who: Who) -> ShouldStop:
+    """The study's early-stopping decision for this trial, from the stored curves."""
+    found = store.get_trial(trial)
+    can_read_trial(who, found)
+    stop, reason = searching.should_stop(store, store.get_study(found.study_id), trial)
+    return ShouldStop(stop=stop, reason=reason)

@@ -1,0 +1,117 @@
+"""The study's own search logic, as the server uses it: /ask, should-stop, enqueue validation.
+
+``gridml.search`` (the Searcher engineer's package) is imported lazily: the server starts, and
+every other route works, without it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gridml.errors import GridmlError, SearchError, SpecError
+from gridml.server.db import SqlStore
+from gridml.store import EpochReport, Study, Trial
+
+ACTIVE = ("queued", "submitted", "running")
+
+
+def search_section(study: Study) -> dict[str, Any]:
+    search = study.spec.get("search")
+    if not isinstance(search, dict) or not isinstance(search.get("space"), dict):
+        raise SearchError(f"study '{study.name}' has no search.space in its spec",
+                          hint="create the study from a spec with a `search:` section")
+    return search
+
+
+def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
+    """The last epoch's value of the objective metric (None if never reported)."""
+    for report in reversed(epochs):
+        value = report.metrics.get(metric)
+        if value is not None:
+            return value
+    return None
+
+
+def observations(trials: list[Trial]) -> tuple[list[dict], list[float | None], list[dict]]:
+    """(told points, their values, pending points); failed trials are told as None."""
+    points, values, pending = [], [], []
+    for trial in trials:
+        if trial.state in ACTIVE:
+            pending.append(trial.hparams)
+        elif trial.state in ("completed", "pruned", "failed"):
+            points.append(trial.hparams)
+            ok = trial.objective is not None and math.isfinite(trial.objective)
+            values.append(trial.objective if ok and trial.state != "failed" else None)
+    return points, values, pending
+
+
+def ask(store: SqlStore, study: Study, n: int) -> tuple[list[dict], bool]:
+    """``n`` points from the study's searcher, rebuilt from the stored observations."""
+    from gridml import search as engine  # lazy: heavy (skopt) and written separately
+
+    cfg = search_section(study)
+    points, values, pending = observations(store.list_trials(study.id))
+    try:
+        searcher = engine.create(cfg.get("algorithm", "random"), cfg["space"],
+                                 seed=int(cfg.get("seed") or 0),
+                                 direction=cfg.get("direction", "minimize"))
+        if points:
+            searcher.tell(points, values)
+        proposed = searcher.ask(n, pending=pending)
+    except GridmlError:
+        raise
+    except Exception as exc:  # a searcher bug or a space it cannot handle: say so, not 500
+        raise SearchError(f"the searcher of study '{study.name}' failed: {exc!r}",
+                          hint="check search.algorithm and search.space of the spec") from exc
+    return proposed, bool(getattr(searcher, "exhausted", False))
+
+
+def should_stop(store: SqlStore, study: Study, trial_id: int) -> tuple[bool, str]:
+    """The early-stopping rule of the study applied to the stored curves."""
+    cfg = study.spec.get("search") or {}
+    rule, metric = cfg.get("early_stopping"), cfg.get("objective")
+    if not rule or not metric:
+        return False, "no early_stopping rule in the spec"
+    try:
+        from gridml.search.stopping import decide
+    except ImportError:
+        return False, "early stopping is not available on this server"
+    curves = {tid: [r.metrics.get(metric, math.nan) for r in reps]
+              for tid, reps in store.study_epochs(study.id).items()}
+    mine = curves.pop(trial_id, [])
+    return decide(rule, mine, list(curves.values()), cfg.get("direction", "minimize"))
+
+
+def validate_hparams(study: Study, hparams: dict[str, Any]) -> None:
+    """Refuse a point outside the study's space: names, types, ranges, choices."""
+    space = search_section(study)["space"]
+    problems = [f"hparams.{k}: not in search.space (known: {sorted(space)})"
+                for k in hparams if k not in space]
+    for name, dim in space.items():
+        if name not in hparams:
+            if not (isinstance(dim, dict) and ("conditional" in dim or "condition" in dim)):
+                problems.append(f"hparams.{name}: missing")
+            continue
+        problem = _check_dim(name, dim, hparams[name])
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise SpecError(problems, hint="send a point inside the study's search.space")
+
+
+def _check_dim(name: str, dim: Any, value: Any) -> str | None:
+    kind = dim.get("type") if isinstance(dim, dict) else None
+    if kind == "categorical":
+        choices = dim.get("choices", [])
+        return None if value in choices else f"hparams.{name}: {value!r} not in {choices}"
+    if kind in ("real", "int"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"hparams.{name}: {value!r} is not a number"
+        if kind == "int" and not float(value).is_integer():
+            return f"hparams.{name}: {value!r} is not an integer"
+        low, high = dim.get("low"), dim.get("high")
+        if low is not None and high is not None and not low <= value <= high:
+            return f"hparams.{name}: {value!r} outside [{low}, {high}]"
+        return None
+    return None  # an unknown dimension type: the spec validator's business, not ours

@@ -1,0 +1,232 @@
+"""Contract tests of the MetricsStore seam on SqlStore.
+
+Parametrised over database URLs: SQLite always; PostgreSQL too when $GRIDML_TEST_PG_URL names a
+server (scripts/postgres.sh starts a throwaway one); those cases carry the ``service`` marker.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import uuid
+from datetime import timezone
+
+import pytest
+
+from gridml.errors import ConflictError, NotFoundError, StoreError
+from gridml.store import EpochReport
+
+PG_URL = os.environ.get("GRIDML_TEST_PG_URL")
+URLS = ["sqlite"] + ([pytest.param("postgresql", marks=pytest.mark.service)] if PG_URL else [])
+
+
+def _fresh_pg_db(base: str) -> str:
+    """A new, empty database on the PostgreSQL server of ``base`` (dropped by the OS tmp later)."""
+    import sqlalchemy as sa
+
+    name = f"gridml_test_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base.replace("postgresql://", "postgresql+psycopg://"),
+                             isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(params=URLS)
+def store_url(request, tmp_path, monkeypatch) -> str:
+    monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'gridml.db'}"
+    return _fresh_pg_db(PG_URL)
+
+
+@pytest.fixture
+def store(store_url):
+    from gridml.server.db import open_store
+
+    s = open_store(store_url)
+    yield s
+    s.close()
+
+
+def report(epoch: int, loss: float = 0.5, **kw) -> EpochReport:
+    return EpochReport(epoch=epoch, metrics={"loss": loss, "val_loss": loss + 0.1},
+                       epoch_time=1.5, samples_per_s=1000, **kw)
+
+
+def test_study_created_and_found_by_name_and_id(store):
+    study = store.create_study("demo", {"search": {"objective": "val_loss"}}, "h1")
+    assert study.token and study.token.startswith("gms_")
+    assert store.get_study("demo").id == study.id
+    assert store.get_study(study.id).name == "demo"
+    assert store.get_study(str(study.id)).name == "demo"
+    assert store.get_study("demo").spec == {"search": {"objective": "val_loss"}}
+    assert store.get_study("demo").created.tzinfo is not None
+    assert store.check_study_token(study.id, study.token)
+    assert not store.check_study_token(study.id, "gms_wrong")
+    assert [s.name for s in store.list_studies()] == ["demo"]
+
+
+def test_unknown_study_names_it_and_how_to_list(store):
+    with pytest.raises(NotFoundError) as err:
+        store.get_study("nosuch")
+    assert "nosuch" in str(err.value) and "gridml status" in err.value.hint
+
+
+def test_duplicate_study_is_a_conflict(store):
+    store.create_study("demo", {}, "h")
+    with pytest.raises(ConflictError, match="already exists"):
+        store.create_study("demo", {}, "h")
+
+
+def test_study_state(store):
+    study = store.create_study("demo", {}, "h")
+    store.set_study_state(study.id, "finished")
+    assert store.get_study("demo").state == "finished"
+    with pytest.raises(StoreError):
+        store.set_study_state(study.id, "bogus")
+
+
+def test_trials_numbered_in_order_with_tokens(store):
+    study = store.create_study("demo", {}, "h")
+    trials = [store.create_trial(study.id, {"lr": i / 10}) for i in range(3)]
+    assert [t.number for t in trials] == [0, 1, 2]
+    assert all(t.token and t.state == "queued" for t in trials)
+    assert store.check_trial_token(trials[1].id, trials[1].token)
+    assert not store.check_trial_token(trials[0].id, trials[1].token)
+    assert store.get_trial_by_number(study.id, 2).id == trials[2].id
+    other = store.create_study("other", {}, "h")
+    assert store.create_trial(other.id, {}).number == 0
+
+
+def test_issue_trial_token_revokes_the_old_one(store):
+    study = store.create_study("demo", {}, "h")
+    trial = store.create_trial(study.id, {})
+    new = store.issue_trial_token(trial.id)
+    assert new != trial.token
+    assert store.check_trial_token(trial.id, new)
+    assert not store.check_trial_token(trial.id, trial.token)
+
+
+def test_tokens_are_stored_hashed(store, store_url):
+    study = store.create_study("demo", {}, "h")
+    trial = store.create_trial(study.id, {})
+    if store_url.startswith("sqlite"):
+        raw = open(store_url.removeprefix("sqlite:///"), "rb").read()
+        wal = store_url.removeprefix("sqlite:///") + "-wal"
+        raw += open(wal, "rb").read() if os.path.exists(wal) else b""
+        assert study.token.encode() not in raw and trial.token.encode() not in raw
+
+
+def test_record_epoch_is_idempotent(store):
+    study = store.create_study("demo", {}, "h")
+    trial = store.create_trial(study.id, {}, state="submitted")
+    assert store.record_epoch(trial.id, report(1)) is True
+    assert store.record_epoch(trial.id, report(1)) is False
+    with pytest.raises(ConflictError, match="epoch 1"):
+        store.record_epoch(trial.id, report(1, loss=0.9))
+    assert store.record_epoch(trial.id, report(2, loss=0.4)) is True
+    stored = store.get_trial(trial.id)
+    assert stored.epochs_done == 2 and stored.state == "running" and stored.started
+    assert [e.metrics["loss"] for e in store.list_epochs(trial.id)] == [0.5, 0.4]
+
+
+def test_record_epoch_normalises_numbers_and_nan(store):
+    study = store.create_study("demo", {}, "h")
+    trial = store.create_trial(study.id, {})
+    first = EpochReport(1, {"loss": 1, "val_loss": float("nan")}, 3, samples_per_s=10)
+    again = EpochReport(1, {"val_loss": float("nan"), "loss": 1.0}, 3.0, samples_per_s=10.0)
+    assert store.record_epoch(trial.id, first) is True
+    assert store.record_epoch(trial.id, again) is False
+    (back,) = store.list_epochs(trial.id)
+    assert back.metrics["loss"] == 1.0 and math.isnan(back.metrics["val_loss"])
+
+
+def test_record_epoch_out_of_order_keeps_max(store):
+    study = store.create_study("demo", {}, "h")
+    trial = store.create_trial(study.id, {})
+    for epoch in (3, 1, 2):
+        store.record_epoch(trial.id, report(epoch))
+    assert store.get_trial(trial.id).epochs_done == 3
+    assert [e.epoch for e in store.list_epochs(trial.id)] == [1, 2, 3]
+
+
+def test_unknown_trial(store):
+    with pytest.raises(NotFoundError, match="trial 999"):
+        store.record_epoch(999, report(1))
+    with pytest.raises(NotFoundError):
+        store.get_trial(999)
+
+
+def test_update_trial_and_outputs(store):
+    study = store.create_study("demo", {}, "h")
+    trial = store.create_trial(study.id, {"lr": 0.1})
+    outputs = [{"did": "user.demo:q.out.t0.model.keras", "bytes": 12, "adler32": "0a0b0c0d"}]
+    updated = store.update_trial(trial.id, state="completed", objective=0.25, attempts=1,
+                                 external_id="pid:42", outputs=outputs)
+    assert (updated.state, updated.objective, updated.attempts) == ("completed", 0.25, 1)
+    assert updated.outputs[0]["did"] == outputs[0]["did"]
+    assert updated.outputs[0]["name"] == "q.out.t0.model.keras"
+    with pytest.raises(StoreError, match="unknown field"):
+        store.update_trial(trial.id, colour="red")
+    with pytest.raises(StoreError, match="unknown trial state"):
+        store.update_trial(trial.id, state="exploded")
+
+
+def test_list_trials_filters_states(store):
+    study = store.create_study("demo", {}, "h")
+    a, b, c = (store.create_trial(study.id, {"i": i}) for i in range(3))
+    store.update_trial(b.id, state="completed", objective=1.0)
+    store.update_trial(c.id, state="failed", error="boom")
+    assert [t.number for t in store.list_trials(study.id)] == [0, 1, 2]
+    assert [t.id for t in store.list_trials(study.id, ("completed", "failed"))] == [b.id, c.id]
+    assert [t.id for t in store.list_trials(study.id, limit=1, offset=1)] == [b.id]
+    assert store.count_trials(study.id) == {"queued": 1, "completed": 1, "failed": 1}
+
+
+def test_heartbeat_marks_running_with_aware_time(store):
+    study = store.create_study("demo", {}, "h")
+    trial = store.create_trial(study.id, {}, state="submitted")
+    store.heartbeat(trial.id)
+    beat = store.get_trial(trial.id)
+    assert beat.state == "running" and beat.last_heartbeat.tzinfo == timezone.utc
+
+
+def test_migrations_are_applied_once(store_url):
+    from sqlalchemy import text
+
+    from gridml.server.db import open_store
+
+    first, second = open_store(store_url), open_store(store_url)
+    with second.engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+    first.close()
+    second.close()
+
+
+def _writer(url: str, study_id: int, n: int) -> None:
+    from gridml.server.db import open_store
+
+    store = open_store(url)
+    for i in range(n):
+        trial = store.create_trial(study_id, {"i": i})
+        store.record_epoch(trial.id, report(1))
+        store.heartbeat(trial.id)
+    store.close()
+
+
+def test_several_processes_share_one_database(store, store_url):
+    """Controller and server workers write the same database at once: nothing lost or doubled."""
+    study = store.create_study("demo", {}, "h")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(store_url, study.id, 15)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    trials = store.list_trials(study.id)
+    assert sorted(t.number for t in trials) == list(range(45))
+    assert all(t.epochs_done == 1 for t in trials)
