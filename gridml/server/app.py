@@ -81,3 +81,13 @@ def create_app(store: SqlStore, *, open_reads: bool = True) -> FastAPI:
     _install_errors(app)
     app.add_middleware(metrics.RequestMetrics)
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The factory uvicorn workers call (``gridml serve``): URL and read mode from the env."""
+    import os
+
+    from gridml.server.db import SqlStore
+
+    store = SqlStore(os.environ["GRIDML_SERVE_DB"])  # migrated by `gridml serve` already
+    return create_app(store, open_reads=os.environ.get("GRIDML_SERVE_OPEN_READS") == "1")

@@ -1,0 +1,52 @@
+"""``gridml serve``: the metrics API (+ dashboard) as a long-running service.
+
+The lead registers :func:`serve` as ``gridml serve``. Migrations run once in this process before
+any worker starts; each uvicorn worker then opens its own connection pool
+(``gridml.server.app:app_from_env``). TLS: run behind a reverse proxy (docs/server.md).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="address to listen on (127.0.0.1: this machine only)")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8765,
+    db: Annotated[str | None, typer.Option(
+        help="database URL: sqlite:///path.db or postgresql://user@host/db "
+             "(default: $GRIDML_DB_URL or $GRIDML_HOME/gridml.db)")] = None,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="uvicorn worker processes")] = 1,
+    open_reads: Annotated[bool | None, typer.Option(
+        "--open-reads/--closed-reads",
+        help="let GET routes and the dashboard work without a token (default: only when "
+             "listening on loopback)")] = None,
+) -> None:
+    """Run the gridml server: metrics API under /api/v1, dashboard at /, metrics at /metrics."""
+    import uvicorn
+
+    from gridml.server.db import open_store
+    from gridml.settings import settings
+
+    url = db or settings().db_url
+    open_store(url).close()  # migrate once, before the workers start
+    reads = host in LOOPBACK if open_reads is None else open_reads
+    os.environ["GRIDML_SERVE_DB"] = url
+    os.environ["GRIDML_SERVE_OPEN_READS"] = "1" if reads else "0"
+    typer.echo(f"gridml server on http://{host}:{port} (database {_safe(url)}, "
+               f"{workers} worker(s), reads {'open' if reads else 'need a token'})")
+    uvicorn.run("gridml.server.app:app_from_env", factory=True, host=host, port=port,
+                workers=workers, log_level="warning", access_log=False)
+
+
+def _safe(url: str) -> str:
+    """The URL with any password masked (URLs are printed, passwords never)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
