@@ -1,0 +1,147 @@
+"""Input files: where they are (paths, DIDs), what they hold, their content hash, their chunks.
+
+Content hashes (BLAKE2b-256, plus Rucio's adler32) are remembered per (path, size, mtime, inode)
+in ``<cache>/files.json`` - the way git, make and DVC avoid re-reading unchanged files - so a
+re-run with nothing changed opens no input at all. ``--rehash`` ignores that memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from gridml.errors import DataError, SpecError
+from gridml.prepare import readers
+
+
+@dataclass
+class InputFile:
+    path: Path
+    source: str  # the path as given, or the DID it came from
+    kind: str  # root | hdf5
+    digest: str  # blake2b-256 of the file's bytes
+    adler32: str
+    bytes: int
+    entries: int
+    schema: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    file: int  # index into the input list
+    index: int  # chunk number within the file
+    start: int
+    stop: int
+
+
+def hash_file(path: Path, bufsize: int = 1 << 20) -> tuple[str, str]:
+    """(blake2b-256 hex, adler32 hex) of a file, in one pass."""
+    blake, adler = hashlib.blake2b(digest_size=32), 1
+    with open(path, "rb") as fh:
+        while block := fh.read(bufsize):
+            blake.update(block)
+            adler = zlib.adler32(block, adler)
+    return blake.hexdigest(), f"{adler & 0xFFFFFFFF:08x}"
+
+
+class FileMemo:
+    """Remembers content hashes, entries and schema of files that did not change on disk."""
+
+    def __init__(self, path: Path, *, rehash: bool = False) -> None:
+        self.path = path
+        self.rehash = rehash
+        try:
+            self.data: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+        self.dirty = False
+
+    def describe(self, path: Path, source: str, kind: str, tree: str) -> InputFile:
+        st = path.stat()
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
+        key = f"{path}|{kind}|{tree}"
+        hit = self.data.get(key)
+        if hit is None or hit["stamp"] != stamp or self.rehash:
+            entries, schema = readers.describe(path, kind, tree)
+            digest, adler = hash_file(path)
+            hit = {"stamp": stamp, "digest": digest, "adler32": adler, "entries": entries,
+                   "schema": schema}
+            self.data[key], self.dirty = hit, True
+        return InputFile(path=path, source=source, kind=kind, digest=hit["digest"],
+                         adler32=hit["adler32"], bytes=st.st_size, entries=hit["entries"],
+                         schema=hit["schema"])
+
+    def save(self) -> None:
+        if self.dirty:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data))
+            os.replace(tmp, self.path)
+
+
+def stage_dids(dids: list[str], backend: str, dest: Path) -> list[tuple[Path, str]]:
+    """Stage DIDs in through the data backend -> [(local path, DID of the file)]."""
+    if not dids:
+        return []
+    from gridml.data import open_data_manager  # lazy: only specs with DIDs need the data layer
+
+    manager = open_data_manager(backend)
+    staged: list[tuple[Path, str]] = []
+    for did in dids:
+        dest.mkdir(parents=True, exist_ok=True)
+        for info in manager.stage_in(did, dest):
+            if info.path is None:
+                raise DataError(f"{did}: file {info.did} was not staged in",
+                                hint="check the data backend and retry")
+            staged.append((Path(info.path), str(info.did)))
+    return sorted(staged, key=lambda item: item[1])
+
+
+def describe_all(files: list[tuple[Path, str]], fmt: str, tree: str,
+                 memo: FileMemo) -> list[InputFile]:
+    """Describe every input (cheap when unchanged); refuse unreadable files."""
+    return [memo.describe(path, source, readers.kind_of(path, fmt), tree) for path, source in files]
+
+
+def check_schema(inputs: list[InputFile], branches: list[str] | None) -> list[str]:
+    """The columns to read; SpecError when files disagree on them or lack a requested one."""
+    first = inputs[0]
+    wanted = branches if branches is not None else sorted(first.schema)
+    problems = []
+    for f in inputs:
+        for col in wanted:
+            if col not in f.schema:
+                problems.append(f"{f.source}: schema mismatch: column {col!r} missing "
+                                f"(present in {first.source}); fix the file or drop it from "
+                                "inputs.branches")
+            elif f.schema[col] != first.schema.get(col, f.schema[col]):
+                problems.append(f"{f.source}: schema mismatch: column {col!r} is "
+                                f"{f.schema[col]} but {first.schema[col]} in {first.source}; "
+                                "make the files agree")
+        if f.kind != first.kind:
+            problems.append(f"{f.source}: is {f.kind} but {first.source} is {first.kind}; "
+                            "prepare one format at a time")
+    if problems:
+        raise SpecError(problems)
+    return list(wanted)
+
+
+def plan_chunks(inputs: list[InputFile], chunk_size: int) -> list[Chunk]:
+    """Every file cut into chunks of ``chunk_size`` events, in input order."""
+    chunks = []
+    for i, f in enumerate(inputs):
+        for k, start in enumerate(range(0, f.entries, chunk_size)):
+            chunks.append(Chunk(i, k, start, min(start + chunk_size, f.entries)))
+    return chunks
+
+
+def manifest_entry(f: InputFile) -> dict[str, Any]:
+    """How an input is recorded in manifest.json."""
+    entry = asdict(f)
+    entry["path"] = str(f.path)
+    entry["blake2b"] = entry.pop("digest")
+    return entry

@@ -1,0 +1,173 @@
+"""``run_prepare``: spec -> inputs -> cached pieces (parallel) -> shards (parallel) -> manifest.
+
+Stages: (1) describe the inputs (content hashes remembered while files are unchanged), cut them
+into chunks and key each chunk by (input content, range, code, config); (2) process the chunks
+whose piece is not in the cache, over the pool; (3) cut the pieces into shards and write those
+whose identity changed; (4) commit: rename new shards into place, drop stale ones, write norm.json
+and manifest.json (each atomically); (5) optionally register one dataset per split.
+Nothing is renamed into the output folder, and nothing registered, unless every step succeeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gridml.errors import DataError
+from gridml.prepare import inputs as inp
+from gridml.prepare import output, shards, worker
+from gridml.prepare.pool import Pool, progress
+from gridml.prepare.spec import PrepSpec, load_prep_spec
+
+FORMAT_VERSION = "1"  # bump when pieces or shards change meaning: invalidates every cache key
+
+
+class PrepareError(DataError):
+    """An input chunk could not be prepared (file, chunk and reason in the message)."""
+
+
+@dataclass
+class PrepareResult:
+    out_dir: Path
+    manifest: dict[str, Any]
+    up_to_date: bool = False  # nothing had to be computed or written
+    chunks: int = 0
+    chunks_computed: int = 0
+    shards_written: int = 0
+    events: int = 0  # input events in all chunks
+    events_computed: int = 0
+    seconds: float = 0.0
+    datasets: dict[str, str] = field(default_factory=dict)  # split -> registered DID
+
+
+def cache_root(explicit: Path | None) -> Path:
+    """$GRIDML_HOME/cache/prepare, unless given."""
+    if explicit is None:
+        from gridml.settings import settings
+
+        explicit = settings().home / "cache" / "prepare"
+    explicit.mkdir(parents=True, exist_ok=True)
+    return explicit
+
+
+def code_hash(spec: PrepSpec) -> str:
+    """Hash of the preprocessing code: the module, its declared neighbours, gridml's format."""
+    h = hashlib.sha256(f"gridml-prepare/{FORMAT_VERSION}".encode())
+    for path in [spec.module_path, *spec.depends]:
+        h.update(path.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _describe(spec: PrepSpec, cache: Path, backend: str, rehash: bool) -> tuple[list, list]:
+    m = spec.model.inputs
+    memo = inp.FileMemo(cache / "files.json", rehash=rehash)
+    files = [(p, str(p)) for p in spec.files]
+    files += inp.stage_dids(m.dids, backend, cache / "staged")
+    described = inp.describe_all(files, m.format, m.tree, memo)
+    memo.save()
+    wanted = None if m.branches is None else m.branches + [
+        k for k in spec.model.split.key if k not in m.branches]
+    columns = inp.check_schema(described, wanted)
+    return described, (None if wanted is None else columns)
+
+
+def _tasks(spec: PrepSpec, files: list[inp.InputFile], chunks: list[inp.Chunk], keys: list[str],
+           branches: list[str] | None, cache: Path) -> list[worker.ChunkTask]:
+    m = spec.model
+    pad = {k: v.model_dump() for k, v in m.features.pad.items()}
+    return [worker.ChunkTask(
+        key=k, path=str(files[c.file].path), source=files[c.file].source, kind=files[c.file].kind,
+        tree=m.inputs.tree, branches=branches, chunk=c.index, start=c.start, stop=c.stop,
+        digest=files[c.file].digest, module=str(spec.module_path), function=m.preprocess.function,
+        params=m.preprocess.params, pad=pad, ragged=m.features.ragged,
+        splits=list(m.split.fractions), fractions=list(m.split.fractions.values()),
+        split_key=m.split.key, seed=m.split.seed, cache=str(cache)) for c, k in zip(chunks, keys)]
+
+
+def _compute(pool: Pool, todo: list[worker.ChunkTask], show: bool) -> list[dict[str, Any]]:
+    """Process the uncached chunks; the first failure stops everything with file/chunk/reason."""
+    results = []
+    with progress(show) as bar:
+        tid = bar.add_task("preprocess", total=sum(t.stop - t.start for t in todo), unit="events")
+        for res in pool.run(worker.process, todo):
+            if "error" in res:
+                raise PrepareError(f"{res['source']}: chunk {res['chunk']} (events "
+                                   f"{res['start']}-{res['stop']}): {res['error']}",
+                                   hint="fix it and re-run; finished chunks stay cached")
+            results.append(res)
+            bar.update(tid, advance=res["events"])
+    return results
+
+
+def run_prepare(spec_path: str | Path, *, jobs: int = 0, dataset: str | None = None,
+                backend: str | None = None, cache_dir: Path | None = None, rehash: bool = False,
+                force: bool = False, show_progress: bool = True) -> PrepareResult:
+    """Prepare the shards a prepare spec describes (see the module docstring)."""
+    t0 = time.perf_counter()
+    spec = load_prep_spec(spec_path)
+    from gridml.settings import settings
+
+    backend = backend or spec.model.backend or settings().data_backend
+    dataset = dataset or spec.model.output.dataset
+    cache = cache_root(cache_dir)
+    files, branches = _describe(spec, cache, backend, rehash)
+    chunks = inp.plan_chunks(files, spec.model.inputs.chunk_size)
+    if not chunks:
+        raise DataError(f"{spec.path}: the inputs hold no events", hint="check inputs.files/dids")
+    ident = [code_hash(spec), _hash(spec.config())]
+    keys = [_hash([files[c.file].digest, c.start, c.stop, *ident]) for c in chunks]
+    result = PrepareResult(out_dir=spec.out_dir, manifest={}, chunks=len(chunks),
+                           events=sum(c.stop - c.start for c in chunks))
+    previous = output.read_manifest(spec.out_dir)
+    settings_ = output.shard_settings(spec)
+    if not force and output.unchanged(previous, spec.out_dir, keys, settings_):
+        result.up_to_date, result.manifest = True, previous
+    else:
+        with Pool(jobs) as pool:
+            _build(spec, pool, files, chunks, keys, ident, cache, previous, force,
+                   show_progress, result)
+    if dataset:
+        from gridml.prepare.register import register
+
+        result.datasets = register(spec.out_dir, result.manifest, dataset, backend)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], chunks: list[inp.Chunk],
+           keys: list[str], ident: list[str], cache: Path, previous: dict[str, Any] | None,
+           force: bool, show: bool, result: PrepareResult) -> None:
+    tasks = _tasks(spec, files, chunks, keys, _read_branches(spec, files), cache)
+    summaries = {} if force else {k: s for k in keys if (s := worker.read_summary(cache, k))}
+    todo = [t for t in tasks if t.key not in summaries]
+    if todo or len(keys) > 1:
+        pool.start()
+    for res in _compute(pool, todo, show):
+        summaries[res["key"]] = res
+    result.chunks_computed = len(todo)
+    result.events_computed = sum(t.stop - t.start for t in todo)
+    by_file: list[list[dict[str, Any]]] = [[] for _ in files]
+    for c, k in zip(chunks, keys):
+        by_file[c.file].append(summaries[k])
+    staging = spec.out_dir / ".partial"
+    try:
+        result.manifest, result.shards_written = output.write_all(
+            spec, pool, files, by_file, keys, ident, cache, previous, staging, show)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _read_branches(spec: PrepSpec, files: list[inp.InputFile]) -> list[str] | None:
+    m = spec.model
+    if m.inputs.branches is None:
+        return None
+    return m.inputs.branches + [k for k in m.split.key if k not in m.inputs.branches]
