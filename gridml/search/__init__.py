@@ -1,0 +1,52 @@
+"""Searchers behind one seam: ``create(algorithm, space, seed=, direction=, **options)``.
+
+    from gridml import search
+    s = search.create("bayes", {"lr": {"type": "real", "low": 1e-4, "high": 0.1, "log": True}},
+                      seed=1, direction="minimize")
+    s.tell([{"lr": 0.01}], [0.42])
+    s.ask(4, pending=[...])      # -> list of new points (plain dicts)
+    s.exhausted                  # True once no new point is left (grid)
+
+Algorithms: ``bayes`` (Gaussian process from scikit-optimize, fast batches), ``random``,
+``grid`` and ``evolution`` (CMA-ES). See docs/search.md.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any, Mapping
+
+from gridml.errors import SearchError
+from gridml.search.base import BaseSearcher, Point, Searcher
+
+ALGORITHMS = {
+    "bayes": "gridml.search.bayes:BayesSearcher",
+    "random": "gridml.search.random:RandomSearcher",
+    "grid": "gridml.search.grid:GridSearcher",
+    "evolution": "gridml.search.evolution:EvolutionSearcher",
+}
+
+__all__ = ["ALGORITHMS", "BaseSearcher", "Point", "Searcher", "create", "validate_space"]
+
+
+def create(algorithm: str, space: Mapping[str, Any], *, seed: int = 0,
+           direction: str = "minimize", **options: Any) -> BaseSearcher:
+    """A searcher for ``space`` (the spec's ``search.space``); options as in docs/search.md."""
+    target = ALGORITHMS.get(algorithm)
+    if target is None:
+        raise SearchError(f"search.algorithm: {algorithm!r} is not known",
+                          hint=f"use one of {', '.join(ALGORITHMS)}")
+    module, cls = target.split(":")
+    return getattr(import_module(module), cls)(space, seed=seed, direction=direction, **options)
+
+
+def validate_space(space: Mapping[str, Any]) -> list[str]:
+    """Problems with a ``search.space`` mapping (empty when it is fine)."""
+    from gridml.errors import SpecError
+    from gridml.search.space import Space
+
+    try:
+        Space(space)
+    except SpecError as exc:
+        return exc.problems
+    return []

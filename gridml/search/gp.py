@@ -1,0 +1,119 @@
+"""Gaussian-process pieces for fast batches: fit the kernel once, then cheap posteriors.
+
+The model is scikit-optimize's default GP (``cook_estimator("GP")``): a constant times a Matern
+5/2 kernel with one length scale per feature, a learned Gaussian noise (skopt's
+``noise="gaussian"``), normalised targets, the same hyperparameter bounds, and L-BFGS on the log
+marginal likelihood from the default start plus ``restarts`` random starts. What differs is
+speed: :func:`fit_kernel` computes the likelihood and its gradient from pairwise differences
+computed once (sklearn recomputes them and a gradient tensor at every step), which makes a fit at
+200 observations about 10x cheaper; the result is handed back as sklearn kernel objects.
+:class:`Posterior` then conditions that *fixed* kernel on any rows (observations plus the
+constant-liar values of a batch): one Cholesky per added point instead of a hyperparameter fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.linalg import cho_solve, cholesky, lapack, solve_triangular
+from scipy.optimize import minimize
+from scipy.stats import norm
+
+JITTER = 1e-8
+AMP_BOUNDS = (0.01, 1000.0)  # skopt's ConstantKernel bounds
+SCALE_BOUNDS = (0.01, 100.0)  # skopt's Matern length-scale bounds
+NOISE_BOUNDS = (1e-5, 1e5)  # sklearn's WhiteKernel default bounds
+SQRT5 = np.sqrt(5.0)
+
+
+@dataclass
+class Fitted:
+    kernel: Any  # sklearn kernel (constant * Matern 5/2) with the fitted hyperparameters
+    noise: float  # variance of the Gaussian noise, on normalised targets
+
+
+def fit_kernel(feats: np.ndarray, y: np.ndarray, seed: int, restarts: int) -> Fitted:
+    """Fit the kernel hyperparameters once (the expensive step of Bayesian optimisation)."""
+    n, d = feats.shape
+    z = (y - np.mean(y)) / (np.std(y) or 1.0)
+    diff2 = ((feats.T[:, :, None] - feats.T[:, None, :]) ** 2).reshape(d, n * n)  # once
+    bounds = np.log([AMP_BOUNDS] + [SCALE_BOUNDS] * d + [NOISE_BOUNDS])
+    rng = np.random.default_rng(seed)
+    starts = [np.zeros(d + 2)] + [rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(restarts)]
+    best = min((_optimise(theta, diff2, z, bounds) for theta in starts), key=lambda r: r[1])
+    return _as_kernel(np.exp(best[0]))
+
+
+def _optimise(theta: np.ndarray, diff2: np.ndarray, z: np.ndarray,
+              bounds: np.ndarray) -> tuple[np.ndarray, float]:
+    res = minimize(neg_log_likelihood, theta, args=(diff2, z), jac=True, method="L-BFGS-B",
+                   bounds=bounds)
+    return res.x, float(res.fun)
+
+
+def neg_log_likelihood(theta: np.ndarray, diff2: np.ndarray,
+                       z: np.ndarray) -> tuple[float, np.ndarray]:
+    """Minus the log marginal likelihood and its gradient in log(amp, scales..., noise).
+
+    ``diff2`` holds the squared differences of the rows, one feature per row (d x n*n).
+    """
+    n = len(z)
+    amp, inv2, noise = np.exp(theta[0]), np.exp(-2.0 * theta[1:-1]), np.exp(theta[-1])
+    r = np.sqrt(np.maximum(inv2 @ diff2, 0.0)).reshape(n, n)
+    e = np.exp(-SQRT5 * r)
+    kf = amp * (1.0 + SQRT5 * r + 5.0 / 3.0 * r**2) * e
+    k = kf + (noise + JITTER) * np.eye(n)
+    chol, info = lapack.dpotrf(k, lower=1, clean=1)
+    if info != 0:
+        return 1e25, np.zeros_like(theta)
+    alpha = cho_solve((chol, True), z, check_finite=False)
+    nll = 0.5 * z @ alpha + np.log(np.diag(chol)).sum() + 0.5 * n * np.log(2 * np.pi)
+    kinv, _ = lapack.dpotri(chol, lower=1)
+    kinv = np.tril(kinv) + np.tril(kinv, -1).T
+    w = np.outer(alpha, alpha) - kinv
+    g_scales = inv2 * (diff2 @ (w * (amp * 5.0 / 3.0 * (1.0 + SQRT5 * r) * e)).ravel())
+    grad = np.concatenate([[np.sum(w * kf)], g_scales, [noise * np.trace(w)]])
+    return float(nll), -0.5 * grad
+
+
+def _as_kernel(params: np.ndarray) -> Fitted:
+    from sklearn.gaussian_process.kernels import ConstantKernel, Matern
+
+    kernel = ConstantKernel(params[0], "fixed") * Matern(params[1:-1], "fixed", nu=2.5)
+    return Fitted(kernel, float(params[-1]))
+
+
+class Posterior:
+    """The GP posterior of the fixed kernel given rows ``feats`` with targets ``y``."""
+
+    def __init__(self, fitted: Fitted, feats: np.ndarray, y: np.ndarray,
+                 scale: tuple[float, float] | None = None) -> None:
+        self.fitted, self.feats, self.y = fitted, feats, y
+        self.mean, self.std = scale or (float(np.mean(y)), float(np.std(y)) or 1.0)
+        k = fitted.kernel(feats)
+        k[np.diag_indices_from(k)] += fitted.noise + JITTER
+        self.chol = cholesky(k, lower=True, check_finite=False)
+        self.alpha = cho_solve((self.chol, True), (y - self.mean) / self.std)
+
+    def add(self, feats: np.ndarray, y: np.ndarray) -> "Posterior":
+        """A new posterior with more rows (same kernel: no hyperparameter fit)."""
+        return Posterior(self.fitted, np.vstack([self.feats, feats]), np.concatenate([self.y, y]),
+                         (self.mean, self.std))
+
+    def predict(self, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation at ``feats``, in the units of ``y``."""
+        ks = self.fitted.kernel(feats, self.feats)
+        mu = ks @ self.alpha
+        v = solve_triangular(self.chol, ks.T, lower=True, check_finite=False)
+        var = self.fitted.kernel.diag(feats) - np.einsum("ij,ij->j", v, v)
+        sd = np.sqrt(np.maximum(var, 1e-12))
+        return self.mean + self.std * mu, self.std * sd
+
+
+def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float, xi: float) -> np.ndarray:
+    """EI for minimisation (``xi``: the improvement to ask for, in the units of ``y``)."""
+    imp = best - mu - xi
+    z = imp / sd
+    return imp * norm.cdf(z) + sd * norm.pdf(z)
