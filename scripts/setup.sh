@@ -7,7 +7,7 @@
 # Horovod (about 9 minutes on 2 cores). `.venv` in the clone links to it.
 # Usage: scripts/setup.sh            # build if needed, install gridml (editable) into it
 set -euo pipefail
-RECIPE=3   # bump when the build steps below change
+RECIPE=4   # bump when the build steps below change
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 PY="${GRIDML_PYTHON:-$(command -v python3.11 || command -v python3)}"
@@ -17,24 +17,29 @@ env="$root/env-$key"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 build() {
-  local tmp="$env.building.$$"
-  rm -rf "$tmp"; mkdir -p "$root"
+  # Built in place: Horovod's libraries record the absolute path of OpenMPI's (rpath), so the
+  # environment cannot be moved after the build. `.complete` is written last; a folder without it
+  # is a crashed or interrupted build and is started again from scratch.
+  rm -rf "$env"; mkdir -p "$root"
   log "building environment $env (first time for these pins: ~9 min)"
-  "$PY" -m venv "$tmp"
-  "$tmp/bin/python" -m pip install -q --upgrade pip setuptools wheel
-  "$tmp/bin/python" -m pip install -q -r requirements/base.txt
+  "$PY" -m venv "$env"
+  "$env/bin/python" -m pip install -q --upgrade pip setuptools wheel
+  "$env/bin/python" -m pip install -q -r requirements/base.txt
   log "compiling Horovod with TensorFlow, Gloo and MPI"
-  PATH="$tmp/bin:$PATH" HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+  PATH="$env/bin:$PATH" HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
     HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo MAKEFLAGS=-j2 \
-    "$tmp/bin/python" -m pip install -q --no-build-isolation --no-cache-dir -r requirements/horovod.txt
-  PATH="$tmp/bin:$PATH" "$tmp/bin/horovodrun" --check-build >&2
-  # venv scripts carry absolute shebangs: rewrite them for the final location before the rename.
-  grep -rlI --null "$tmp" "$tmp/bin" | xargs -0 -r sed -i "s#$tmp#$env#g"
-  sed -i "s#$tmp#$env#g" "$tmp/pyvenv.cfg" 2>/dev/null || true
-  touch "$tmp/.complete"
-  rm -rf "$env"; mv "$tmp" "$env"
+    "$env/bin/python" -m pip install -q --no-build-isolation --no-cache-dir -r requirements/horovod.txt
+  # the proof that matters: two Gloo ranks start and talk
+  PATH="$env/bin:$PATH" "$env/bin/horovodrun" --check-build >&2
+  (cd /tmp && PATH="$env/bin:$PATH" "$env/bin/horovodrun" --gloo -np 2 -H localhost:2 \
+    "$env/bin/python" -c "import horovod.tensorflow as h; h.init(); assert h.size() == 2") >/dev/null 2>&1 \
+    || { log "Horovod was built but 2 Gloo ranks do not start"; exit 1; }
+  touch "$env/.complete"
 }
 
+mkdir -p "$root"
+exec 9>"$root/.lock-$key"
+flock 9   # one build per key at a time; a second setup waits and then reuses it
 if [ ! -f "$env/.complete" ]; then build; else log "reusing environment $env"; fi
 ln -sfn "$env" .venv
 # Light packages: re-applied (incrementally, by pip) when requirements/extras.txt changes.

@@ -1,0 +1,74 @@
+"""Helpers for tests that drive the real `gridml` command and real campaigns."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def gridml(*args: str, env: dict[str, str] | None = None, check: bool = True,
+           timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess (as a user would)."""
+    full_env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **(env or {})}
+    proc = subprocess.run([str(BIN / "gridml"), *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"gridml {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def gridml_json(*args: str, **kw: Any) -> Any:
+    return json.loads(gridml(*args, "--json", **kw).stdout)
+
+
+def make_registered_sample_data(tmp: Path, scope: str = "user.test", n_train: int = 4000,
+                                n_val: int = 1000, files: int = 2) -> tuple[str, str]:
+    """Toy data written with the example generator and registered through `gridml data put`."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from make_sample_data import make_sample_data  # type: ignore[import-not-found]
+
+    train, val = make_sample_data(tmp / "data", n_train=n_train, n_val=n_val, n_files=files, seed=3)
+    gridml("data", "put", *map(str, train), "--dataset", f"{scope}:toy.train")
+    gridml("data", "put", *map(str, val), "--dataset", f"{scope}:toy.val")
+    return f"{scope}:toy.train", f"{scope}:toy.val"
+
+
+def write_spec(path: Path, name: str, train: str, val: str, **overrides: str) -> Path:
+    """A small campaign spec; ``overrides`` replace whole top-level sections (YAML text)."""
+    sections = {
+        "payload": f"payload:\n  model: {ROOT / 'examples' / 'models' / 'mlp.py'}\n",
+        "data": f"data:\n  train: {train}\n  validation: {val}\n  features: x\n  labels: y\n",
+        "training": textwrap.dedent("""\
+            training:
+              epochs: 2
+              batch_size: 128
+              metrics: [accuracy, auc]
+              workers: 2
+            """),
+        "search": textwrap.dedent("""\
+            search:
+              algorithm: bayes
+              objective: val_loss
+              max_trials: 4
+              parallel: 2
+              seed: 7
+              space:
+                learning_rate: {type: real, low: 1.0e-3, high: 3.0e-2, log: true}
+                units: {type: int, low: 8, high: 32}
+                dropout: {type: real, low: 0.0, high: 0.3}
+                activation: {type: categorical, choices: [relu, tanh]}
+            """),
+        "resources": "resources: {cores: 2, gpus: 0, memory_gb: 2, walltime: 20m}\n",
+        "backend": "backend: {executor: local, data: local, server: embedded}\n",
+    }
+    sections.update(overrides)
+    path.write_text(f"name: {name}\n" + "".join(sections.values()))
+    return path
