@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import httpx
 import pytest
@@ -22,19 +23,36 @@ POINT = {"lr": 0.01, "units": 16, "act": "relu"}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def pg_server():
+    from gridml.server import testing
+
+    yield testing.postgres_url()
+    testing.stop_started_postgres()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def server(request, tmp_path_factory):
+    """The API on a real uvicorn, on SQLite and on PostgreSQL."""
+    from gridml.server import testing
     from gridml.server.embedded import EmbeddedServer
 
-    home = tmp_path_factory.mktemp("home")
-    with EmbeddedServer(f"sqlite:///{home / 'gridml.db'}") as srv:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('home') / 'gridml.db'}"
+    elif request.getfixturevalue("pg_server") is None:
+        pytest.skip("no PostgreSQL: set GRIDML_TEST_PG_URL or install postgresql")
+    else:
+        url = testing.create_database(request.getfixturevalue("pg_server"))
+    with EmbeddedServer(url) as srv:
         yield srv
+    if request.param == "postgresql":
+        testing.drop_database(url)
 
 
 @pytest.fixture
 def owner(server, request) -> ApiClient:
     """A client holding the study token of a fresh study."""
     client = ApiClient(server.url, retries=1, backoff=0.01)
-    name = request.node.name.lower().replace("_", "-")[:60]
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.originalname.lower())[:60]
     client.create_study(name, SPEC)
     client.study = name  # type: ignore[attr-defined]
     yield client

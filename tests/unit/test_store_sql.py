@@ -1,7 +1,7 @@
 """Contract tests of the MetricsStore seam on SqlStore.
 
-Parametrised over database URLs: SQLite always; PostgreSQL too when $GRIDML_TEST_PG_URL names a
-server (scripts/postgres.sh starts a throwaway one); those cases carry the ``service`` marker.
+Parametrised over databases: SQLite always; PostgreSQL too (``service`` marker) on
+$GRIDML_TEST_PG_URL or a throwaway server scripts/postgres.sh starts (GRIDML_TEST_PG=0: skip it).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import uuid
 from datetime import timezone
 
 import pytest
@@ -17,29 +16,32 @@ import pytest
 from gridml.errors import ConflictError, NotFoundError, StoreError
 from gridml.store import EpochReport
 
-PG_URL = os.environ.get("GRIDML_TEST_PG_URL")
-URLS = ["sqlite"] + ([pytest.param("postgresql", marks=pytest.mark.service)] if PG_URL else [])
+URLS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.service)]
 
 
-def _fresh_pg_db(base: str) -> str:
-    """A new, empty database on the PostgreSQL server of ``base`` (dropped by the OS tmp later)."""
-    import sqlalchemy as sa
+@pytest.fixture(scope="module")
+def pg_server():
+    from gridml.server import testing
 
-    name = f"gridml_test_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(base.replace("postgresql://", "postgresql+psycopg://"),
-                             isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return base.rsplit("/", 1)[0] + "/" + name
+    url = testing.postgres_url()
+    yield url
+    testing.stop_started_postgres()
 
 
 @pytest.fixture(params=URLS)
-def store_url(request, tmp_path, monkeypatch) -> str:
+def store_url(request, tmp_path, monkeypatch):
+    from gridml.server import testing
+
     monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'gridml.db'}"
-    return _fresh_pg_db(PG_URL)
+        yield f"sqlite:///{tmp_path / 'gridml.db'}"
+        return
+    server = request.getfixturevalue("pg_server")
+    if server is None:
+        pytest.skip("no PostgreSQL: set GRIDML_TEST_PG_URL or install postgresql")
+    url = testing.create_database(server)
+    yield url
+    testing.drop_database(url)
 
 
 @pytest.fixture

@@ -12,15 +12,20 @@ from gridml.server.db.models import OutputRow, StudyRow, TrialRow
 from gridml.store import EpochReport, Study, Trial
 
 
+NUMBERS = ("epoch_time", "samples_per_s", "input_wait_frac", "peak_rss_mb")
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
 def aware(value: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes: gridml stores UTC, so mark them as such."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=timezone.utc)
+    """Datetimes in UTC (timezone.utc): SQLite returns naive ones, PostgreSQL its own zone."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
 
 
 def sha256(text: str) -> str:
@@ -35,7 +40,7 @@ def canonical_epoch(report: EpochReport) -> dict[str, Any]:
     """The report as stored: numbers normalised so 3 and 3.0 compare equal."""
     body = report.to_json()
     body["metrics"] = {k: float(v) for k, v in sorted(report.metrics.items())}
-    for key in ("epoch_time", "samples_per_s", "input_wait_frac", "peak_rss_mb"):
+    for key in NUMBERS:
         body[key] = _num(body[key])
     body["threads"] = None if report.threads is None else int(report.threads)
     return body
@@ -43,7 +48,22 @@ def canonical_epoch(report: EpochReport) -> dict[str, Any]:
 
 def body_hash(body: dict[str, Any]) -> str:
     """sha256 of the canonical JSON; NaN is written as a string so it equals itself."""
-    return sha256(json.dumps(_finite_or_str(body), sort_keys=True, separators=(",", ":")))
+    return sha256(json.dumps(encode_body(body), sort_keys=True, separators=(",", ":")))
+
+
+def encode_body(body: dict[str, Any]) -> dict[str, Any]:
+    """Strict JSON for the database (PostgreSQL refuses NaN): non-finite -> 'nan'/'inf'."""
+    return _finite_or_str(body)  # type: ignore[no-any-return]
+
+
+def decode_body(body: dict[str, Any]) -> EpochReport:
+    """The stored body back into a report ('nan'/'inf' strings back into floats)."""
+    data = dict(body)
+    data["metrics"] = {k: float(v) for k, v in body["metrics"].items()}
+    for key in NUMBERS:
+        if isinstance(data.get(key), str):
+            data[key] = float(data[key])
+    return EpochReport.from_json(data)
 
 
 def _finite_or_str(value: Any) -> Any:

@@ -248,7 +248,8 @@ class SqlStore:
                                 "resend the original body or report the next epoch")
         row = self._trial_row(s, trial_id)
         now = utcnow()
-        s.add(EpochRow(trial_id=trial_id, epoch=epoch, body=body, body_hash=digest, created=now))
+        s.add(EpochRow(trial_id=trial_id, epoch=epoch, body=convert.encode_body(body),
+                       body_hash=digest, created=now))
         s.flush()
         row.epochs_done = max(row.epochs_done or 0, epoch)
         row.last_heartbeat = now
@@ -260,7 +261,7 @@ class SqlStore:
             self._trial_row(s, trial_id)
             bodies = s.scalars(select(EpochRow.body).where(EpochRow.trial_id == trial_id)
                                .order_by(EpochRow.epoch))
-            return [EpochReport.from_json(b) for b in bodies]
+            return [convert.decode_body(b) for b in bodies]
 
     def study_epochs(self, study_id: int) -> dict[int, list[EpochReport]]:
         """All epochs of a study's trials, by trial id (for the dashboard and early stopping)."""
@@ -269,7 +270,7 @@ class SqlStore:
                 .where(TrialRow.study_id == study_id).order_by(EpochRow.trial_id, EpochRow.epoch)
             found: dict[int, list[EpochReport]] = {}
             for trial_id, body in s.execute(query):
-                found.setdefault(trial_id, []).append(EpochReport.from_json(body))
+                found.setdefault(trial_id, []).append(convert.decode_body(body))
             return found
 
 
