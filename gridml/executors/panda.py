@@ -1,0 +1,291 @@
+"""The PanDA executor: every trial becomes a JEDI task submitted with the real panda-client.
+
+``submit`` renders the task parameters (:mod:`gridml.executors.panda_render`, pure) and sends them
+with ``Client.insertTaskParams``; ``poll`` follows ``getTaskStatus`` and, when the task is over,
+fetches the trial's metrics.jsonl and result.json from its output datasets (pilot stage-out) into
+``<workdir>/outputs`` and reports the stored files, so the controller uploads nothing itself;
+``kill`` is ``killTask``. Every panda-client call and its error translation lives in
+:mod:`gridml.executors.panda_client`.
+
+Idempotence: the task name is unique per trial (``user.<nick>.<study>.trial-NNNN/``), and the task
+id is journaled in ``<workdir>/panda.json`` as soon as the server answers. A resubmission of the
+same attempt (controller crash) finds the task again, through the journal or the server's
+"duplicate task" answer, and never creates a second one. A later attempt of a failed or finished
+task is ``retryTask``; one whose task cannot be retried (broken, aborted, done, exhausted) gets a
+new task ``...trial-NNNN.aK/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFoundError
+from gridml.executors import panda_client as pc
+from gridml.executors.base import TaskRequest, TaskStatus
+from gridml.executors.panda_outputs import collect_outputs, log_tail, trial_doc_of
+from gridml.executors.panda_render import (PandaTask, check_model_size, job_command,
+                                           render_task_params)
+from gridml.spec import LoadedSpec, Spec
+
+log = logging.getLogger("gridml.executors.panda")
+
+# JEDI task states -> trial states (TaskStatus.state). Everything not listed is still "submitted".
+TRIAL_STATE = {
+    "scouting": "running", "scouted": "running", "running": "running", "prepared": "running",
+    "merging": "running", "passed": "running",
+    "done": "completed", "finished": "completed",
+    "failed": "failed", "broken": "failed", "exhausted": "failed",
+    "aborting": "killed", "toabort": "killed", "aborted": "killed",
+}
+RETRYABLE = ("finished", "failed")  # what retryTask accepts from a user
+JOURNAL = "panda.json"
+PLACEHOLDER_NICK = "NICKNAME"
+
+
+def trial_state(panda_status: str) -> str:
+    """The trial state for a JEDI task status (``submitted`` while PanDA still queues it)."""
+    return TRIAL_STATE.get(panda_status, "submitted")
+
+
+# ---- rendering (the dry run uses render_for_request) --------------------------------------------
+def resolve_nickname(spec: Spec, *, dry_run: bool = False) -> str:
+    """The grid nickname: ``panda.nickname``, else panda-client's own answer from the token/proxy."""
+    if spec.panda.nickname:
+        return spec.panda.nickname
+    try:
+        return _nickname_from_credentials()
+    except ExecutorError:
+        if dry_run:
+            log.warning("no panda.nickname and no credentials: the dry run shows %s", PLACEHOLDER_NICK)
+            return PLACEHOLDER_NICK
+        raise
+
+
+def _nickname_from_credentials() -> str:
+    pc.check_credentials()
+    auth = os.environ.get("PANDA_AUTH")
+    proxy = os.environ.get("X509_USER_PROXY") or f"/tmp/x509up_u{os.getuid()}"
+    if auth is None and not os.path.exists(proxy):
+        raise ExecutorError("no grid nickname: panda.nickname is not set and there is no "
+                            "credential to read it from", hint="set panda.nickname in the spec, or "
+                            "PANDA_AUTH=oidc with a token, or an X509 proxy")
+    pc.client()
+    from pandaclient import PsubUtils
+
+    nick = PsubUtils.getNickname()
+    if not nick:
+        raise ExecutorError("panda-client found no nickname in your credentials",
+                            hint="set panda.nickname in the spec")
+    return str(nick)
+
+
+def task_from_request(loaded: LoadedSpec, req: TaskRequest, doc: dict[str, Any], nickname: str,
+                      *, source_url: str | None = None, client_version: str = "2.2.0") -> PandaTask:
+    """The :class:`PandaTask` for one trial (pure: the trial file and model are passed in)."""
+    spec = loaded.spec
+    model_src = loaded.model_path.read_bytes()
+    problem = check_model_size(model_src, loaded.model_path.name)
+    if problem:
+        raise ExecutorError(problem)
+    command = job_command(doc, model_src, loaded.model_path.name, workers=req.workers,
+                          controller=req.extra.get("horovod", spec.training.horovod), gpus=req.gpus)
+    return PandaTask(
+        nickname=nickname, study=req.study, trial_number=req.trial_number,
+        train=spec.data.dids("train"), validation=spec.data.dids("validation"),
+        n_train=len(doc["data"]["train"]), n_validation=len(doc["data"]["validation"]),
+        command=command, cores=req.cores, memory_gb=req.memory_gb, walltime_s=req.walltime_s,
+        gpus=req.gpus, vram_gb=spec.resources.vram_gb, container=req.container,
+        site=spec.panda.site, working_group=spec.panda.working_group, vo=spec.panda.vo,
+        rse=spec.panda.rse, client_version=client_version, source_url=source_url,
+        cli_params=f"gridml submit {loaded.path.name} (study {req.study}, trial {req.trial_number})")
+
+
+def render_for_request(loaded: LoadedSpec, req: TaskRequest) -> dict[str, Any]:
+    """The JEDI task parameter map ``submit`` would send for ``req`` (used by ``--dry-run``)."""
+    doc = json.loads(req.trial_file.read_text())
+    nick = resolve_nickname(loaded.spec, dry_run=True)
+    task = task_from_request(loaded, req, doc, nick, source_url=_source_url(),
+                             client_version=_client_version())
+    return render_task_params(task)
+
+
+def _source_url() -> str | None:
+    try:
+        return pc.source_url()
+    except ExecutorError:
+        return None
+
+
+def _client_version() -> str:
+    try:
+        return pc.client_version()
+    except ImportError:  # pragma: no cover
+        return "2.2.0"
+
+
+def loaded_from_trial(doc: dict[str, Any]) -> LoadedSpec:
+    """The campaign's spec as the trial file carries it (provenance.spec, paths absolute)."""
+    spec = Spec.model_validate(doc["provenance"]["spec"])
+    return LoadedSpec(spec=spec, path=Path(f"{spec.name}.yaml"), model_path=Path(doc["model_file"]))
+
+
+# ---- the executor ----------------------------------------------------------------------------
+class PandaExecutor:
+    """:class:`gridml.executors.base.Executor` on PanDA (see the module docstring)."""
+
+    name = "panda"
+    remote = True
+
+    def __init__(self, loaded: LoadedSpec | None = None, data: Any = None) -> None:
+        self.loaded = loaded
+        self._data = data
+        self._tasks: dict[str, tuple[dict[str, Any], Path]] = {}  # handle -> (params, output_dir)
+
+    # -- submit ------------------------------------------------------------------------------
+    def submit(self, req: TaskRequest) -> str:
+        """Submit the trial's task, or find the one already submitted for this attempt."""
+        doc = json.loads(req.trial_file.read_text())
+        loaded = self.loaded or loaded_from_trial(doc)
+        attempt = int(req.extra.get("attempt") or 1)
+        task = task_from_request(loaded, req, doc, resolve_nickname(loaded.spec),
+                                 source_url=pc.source_url(), client_version=pc.client_version())
+        journal = _read_journal(req.workdir)
+        if journal:
+            found = self._resume(journal, attempt, task, req)
+            if found:
+                return found
+        params = render_task_params(self._named(task, journal, attempt))
+        task_id = self._insert(params, req, attempt)
+        return self._remember(task_id, params, Path(doc["output_dir"]))
+
+    def _named(self, task: PandaTask, journal: dict[str, Any] | None, attempt: int) -> PandaTask:
+        """A fresh task name (``.aK``) when the trial's earlier task cannot be retried."""
+        if journal and journal.get("attempt", 1) < attempt:
+            return replace(task, name_suffix=f".a{attempt}")
+        return task
+
+    def _resume(self, journal: dict[str, Any], attempt: int, task: PandaTask,
+                req: TaskRequest) -> str | None:
+        """The handle of the journaled task when it serves this attempt (resubmission or retry)."""
+        task_id = int(journal["jediTaskID"])
+        try:
+            status = pc.task_status(task_id)
+        except NotFoundError:
+            return None
+        if journal.get("attempt", 1) >= attempt:
+            log.info("trial %d: task %d already submitted (%s)", req.trial_number, task_id, status)
+        elif status in RETRYABLE:
+            log.info("trial %d attempt %d: retryTask %d (%s): %s", req.trial_number, attempt,
+                     task_id, status, pc.retry(task_id))
+        else:
+            return None
+        _write_journal(req.workdir, dict(journal, attempt=attempt))
+        return self._remember(task_id, pc.task_params(task_id), None)
+
+    def _insert(self, params: dict[str, Any], req: TaskRequest, attempt: int) -> int:
+        try:
+            task_id, message = pc.submit(params)
+            log.info("trial %d: %s", req.trial_number, message)
+        except DuplicateTaskError as dup:
+            task_id = int(getattr(dup, "task_id"))
+            log.warning("trial %d: %s: following the existing task", req.trial_number, dup)
+        _write_journal(req.workdir, {"taskName": params["taskName"], "jediTaskID": task_id,
+                                     "attempt": attempt, "server": pc.server_url()})
+        return task_id
+
+    def _remember(self, task_id: int, params: dict[str, Any], output_dir: Path | None) -> str:
+        handle = f"panda:{task_id}"
+        self._tasks[handle] = (params, output_dir or Path(trial_doc_of(params)["output_dir"]))
+        return handle
+
+    # -- follow ------------------------------------------------------------------------------
+    def poll(self, handle: str) -> TaskStatus:
+        """The trial's state; when the task is over, its outputs are fetched (see module doc)."""
+        task_id = task_id_of(handle)
+        try:
+            status = pc.task_status(task_id)
+            params, output_dir = self._task(handle)
+        except NotFoundError as exc:
+            return TaskStatus("failed", str(exc))
+        except ExecutorError as exc:  # server down: keep waiting, PanDA keeps the task
+            log.warning("%s: %s", handle, exc)
+            return TaskStatus("unknown", str(exc))
+        state = trial_state(status)
+        message = f"PanDA task {task_id} is {status}"
+        if state == "completed":
+            return self._completed(params, task_id, output_dir, message)
+        if state in ("failed", "killed"):
+            return TaskStatus(state, message, log_tail=self._log_tail(params, task_id))
+        return TaskStatus(state, message)
+
+    def _task(self, handle: str) -> tuple[dict[str, Any], Path]:
+        if handle not in self._tasks:  # a restarted controller: ask the server
+            params = pc.task_params(task_id_of(handle))
+            self._remember(task_id_of(handle), params, None)
+        return self._tasks[handle]
+
+    def _completed(self, params: dict[str, Any], task_id: int, output_dir: Path,
+                   message: str) -> TaskStatus:
+        try:
+            stored = collect_outputs(self._data_for(params), params, task_id, output_dir)
+        except GridmlError as exc:
+            return TaskStatus("failed", f"{message}, but its outputs could not be fetched: {exc}")
+        if not stored:
+            return TaskStatus("failed", f"{message}, but it stored no outputs",
+                              log_tail=self._log_tail(params, task_id))
+        return TaskStatus("completed", message, stored_outputs=stored)
+
+    def _log_tail(self, params: dict[str, Any], task_id: int) -> str:
+        try:
+            return log_tail(self._data_for(params), params, task_id)
+        except GridmlError as exc:
+            return f"(no job log: {exc})"
+
+    def _data_for(self, params: dict[str, Any]) -> Any:
+        if self._data is None:
+            from gridml.data import open_data_manager
+
+            spec = (self.loaded.spec if self.loaded else
+                    Spec.model_validate(trial_doc_of(params)["provenance"]["spec"]))
+            self._data = open_data_manager(spec.backend.data)
+        return self._data
+
+    # -- control -----------------------------------------------------------------------------
+    def kill(self, handle: str) -> None:
+        log.info("%s: %s", handle, pc.kill(task_id_of(handle)))
+
+    def retry(self, handle: str) -> str:
+        """retryTask: PanDA runs the task's failed jobs again; the handle stays the same."""
+        log.info("%s: %s", handle, pc.retry(task_id_of(handle)))
+        return handle
+
+    def close(self) -> None:
+        """Nothing runs here: grid tasks go on (Ctrl-C kills them through ``kill`` first)."""
+        self._tasks.clear()
+
+
+def task_id_of(handle: str) -> int:
+    try:
+        return int(handle.rsplit(":", 1)[-1])
+    except ValueError:
+        raise ExecutorError(f"{handle!r} is not a PanDA task handle (panda:<jediTaskID>)") from None
+
+
+def _read_journal(workdir: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((workdir / JOURNAL).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and "jediTaskID" in doc else None
+
+
+def _write_journal(workdir: Path, doc: dict[str, Any]) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    tmp = workdir / f".{JOURNAL}.tmp"
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
+    tmp.replace(workdir / JOURNAL)

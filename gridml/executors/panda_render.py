@@ -1,0 +1,243 @@
+"""Pure rendering of one trial into a JEDI task parameter map, the way panda-client's prun does.
+
+No I/O and no panda-client import here: :func:`render_task_params` maps a :class:`PandaTask` to
+the dict ``Client.insertTaskParams`` sends, so it is golden-file tested and the dry run shows
+exactly what would be submitted. The layout follows prun (``PrunScript``) with ``--outDS``,
+``--inDS``, ``--secondaryDSs``, ``--outputs``, ``--exec``, ``--containerImage`` (ALRB mode),
+``--architecture``, ``--nCore``, ``--memory``, ``--maxWalltime``, ``--site``, ``--destSE``,
+``--workingGroup`` and ``--noBuild``; the job runs prun's transformation (runGen) with the
+exec string ``python -m payloads.pilot_wrapper ...``. Where gridml differs from prun:
+
+* no source sandbox (``-a``): the trial file and the user's model file travel inside the exec
+  string (gzip+base64), the payload code comes from the container image;
+* secondary input DIDs keep their ``scope:`` (prun's ``--secondaryDSs`` syntax cannot carry one);
+* one job per task: ``nFilesPerJob`` = all training files, each secondary stream takes all its files;
+* ``disableAutoRetry`` and ``skipScout``: gridml's controller decides about retries (``retryTask``),
+  and a one-job task has nothing to scout;
+* ``coreCount`` takes any number of cores (prun's ``--nCore`` offers only 1 or 8).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import math
+import shlex
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from gridml.planner import OUTPUT_FILES, payload_command
+
+LOG_EXCLUDE = r"\.log\.tgz(\.\d+)*$"  # prun never feeds log tarballs of the input datasets to jobs
+WRAPPER = "python -m payloads.pilot_wrapper"
+MAX_MODEL_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class PandaTask:
+    """Everything the task parameters depend on (see :func:`task_from_request`)."""
+
+    nickname: str
+    study: str
+    trial_number: int
+    train: list[str]  # dataset DIDs -> stream IN (primary)
+    validation: list[str]  # dataset DIDs -> stream IN2 (secondary)
+    n_train: int  # number of files, so that one job takes them all
+    n_validation: int
+    command: str  # the exec string (unquoted), see job_command
+    cores: int = 1
+    memory_gb: float = 4.0
+    walltime_s: int = 3600
+    gpus: int = 0
+    vram_gb: float | None = None
+    container: str | None = None
+    site: str | None = None
+    working_group: str | None = None
+    vo: str = "atlas"
+    rse: str | None = None  # destSE for the outputs
+    outputs: tuple[str, ...] = OUTPUT_FILES
+    client_version: str = "2.2.0"
+    source_url: str | None = None
+    cli_params: str = "gridml submit"
+    name_suffix: str = ""  # ".aK": a new task for attempt K when the earlier one cannot be retried
+
+
+# ---- names --------------------------------------------------------------------------------------
+def task_name(nickname: str, study: str, number: int, suffix: str = "") -> str:
+    """``user.<nickname>.<study>.trial-NNNN/``: the task name and its output container (prun's
+    ``--outDS``), unique per trial, so a resubmission is recognised by the server."""
+    return f"user.{nickname}.{study}.trial-{number:04d}{suffix}/"
+
+
+def output_container(name: str, filename: str) -> str:
+    """prun's per-output container: ``<outDS>_<file>/``."""
+    return f"{name.rstrip('/')}_{filename}/"
+
+
+def output_lfn(nickname: str, filename: str) -> str:
+    """prun's output file name template; JEDI fills in the task id and the job's serial number."""
+    return f"user.{nickname}.$JEDITASKID._${{SN/P}}.{filename}"
+
+
+def log_container(name: str) -> str:
+    return f"{name.rstrip('/')}.log/"
+
+
+def architecture(gpus: int, vram_gb: float | None) -> str:
+    """prun's ``--architecture``: ``#&nvidia`` asks the brokerage for a GPU queue, with
+    ``:vram>=MB`` for a minimum GPU memory. PanDA has no GPU count: see docs/grid.md."""
+    if gpus <= 0:
+        return ""
+    arch = "#&nvidia"
+    if vram_gb:
+        arch += f":vram>={int(math.ceil(vram_gb * 1024))}"
+    return arch
+
+
+# ---- the job's command ----------------------------------------------------------------------------
+def pack(data: bytes) -> str:
+    """gzip + urlsafe base64: how the trial file and the model file travel in the exec string."""
+    return base64.urlsafe_b64encode(gzip.compress(data, mtime=0)).decode()
+
+
+def job_command(doc: dict[str, Any], model_source: bytes, model_name: str, *, workers: int,
+                controller: str, gpus: int = 0) -> str:
+    """The exec string: the pilot wrapper, the payload's horovodrun line after ``--``.
+
+    ``%IN`` / ``%IN2`` are prun placeholders: runGen puts the staged file names there."""
+    payload = payload_command(workers, controller, "trial.json")
+    args = [WRAPPER, "--train", "%IN", "--validation", "%IN2",
+            "--trial", pack(json.dumps(doc, sort_keys=True).encode()),
+            "--model", pack(model_source), "--model-name", shlex.quote(model_name)]
+    if gpus:
+        args += ["--gpus", str(gpus)]
+    return " ".join(args + ["--"] + payload)
+
+
+# ---- the task parameters ---------------------------------------------------------------------------
+def render_task_params(t: PandaTask) -> dict[str, Any]:
+    """The JEDI task parameter map for one trial (what ``Client.insertTaskParams`` sends)."""
+    name = task_name(t.nickname, t.study, t.trial_number, t.name_suffix)
+    params: dict[str, Any] = {
+        "taskName": name, "uniqueTaskName": True, "vo": t.vo,
+        "architecture": architecture(t.gpus, t.vram_gb),
+        "transUses": "", "transHome": None,
+        "processingType": f"panda-client-{t.client_version}-jedi-run",
+        "prodSourceLabel": "user", "site": t.site, "excludedSite": [], "includedSite": None,
+        "nFiles": t.n_train, "nFilesPerJob": t.n_train, "nMaxFilesPerJob": max(200, t.n_train),
+        "cliParams": t.cli_params, "skipScout": True, "disableAutoRetry": 1,
+        "respectSplitRule": True,
+        "maxWalltime": max(1, math.ceil(t.walltime_s / 3600)),
+        "ramCount": math.ceil(t.memory_gb * 1024 / max(t.cores, 1)), "ramCountUnit": "MBPerCore",
+    }
+    if t.working_group:
+        params["workingGroup"] = t.working_group.split(".")[0].split(":")[0]
+    if t.cores > 1:
+        params["coreCount"] = t.cores
+    if t.source_url:
+        params["sourceURL"] = t.source_url
+    if t.container:
+        params["container_name"] = t.container
+        params["multiStepExec"] = multi_step_exec(t.container)
+    params["log"] = log_param(name)
+    params["jobParameters"] = job_parameters(t, name)
+    params["dsForIN"] = ",".join(t.train)
+    params["reuseSecOnDemand"] = True
+    return params
+
+
+def multi_step_exec(image: str) -> dict[str, Any]:
+    """ALRB container execution as prun sets it up (pre/post-processing by runGen outside)."""
+    return {
+        "preprocess": {"command": "${TRF}", "args": "--preprocess ${TRF_ARGS}"},
+        "postprocess": {"command": "${TRF}", "args": "--postprocess ${TRF_ARGS}"},
+        "containerOptions": {
+            "containerExec": 'echo "=== cat exec script ==="; cat __run_main_exec.sh; echo; '
+                             'echo "=== exec script ==="; /bin/sh __run_main_exec.sh',
+            "containerImage": image,
+        },
+    }
+
+
+def log_param(name: str) -> dict[str, Any]:
+    ds = log_container(name)
+    return {"dataset": ds, "container": ds, "type": "template", "param_type": "log",
+            "value": f"{ds[:-1]}.$JEDITASKID.${{SN}}.log.tgz"}
+
+
+def job_parameters(t: PandaTask, name: str) -> list[dict[str, Any]]:
+    """runGen's arguments: source, run dir, outputs (and their renaming map), inputs, exec."""
+    items: list[dict[str, Any]] = [
+        {"type": "constant", "value": '-j "" --sourceURL ${SURL}'},
+        {"type": "constant", "value": "-r ."},
+        {"type": "constant", "value": "__delimiter__", "hidden": True},
+    ]
+    out_map = {}
+    for filename in t.outputs:
+        lfn = output_lfn(t.nickname, filename)
+        container = output_container(name, filename)
+        item = {"type": "template", "value": lfn, "param_type": "output", "dataset": container,
+                "container": container, "hidden": True}
+        if t.rse:
+            item["destination"] = t.rse
+        items.append(item)
+        out_map[filename] = lfn
+    items.append({"type": "constant", "value": f'-o "{out_map}"'})
+    items.append({"type": "template", "param_type": "input", "value": '-i "${IN/T}"',
+                  "dataset": ",".join(t.train), "exclude": LOG_EXCLUDE, "expand": True})
+    items += [{"type": "constant", "value": '-p "', "padding": False},
+              {"type": "constant", "value": quote(t.command), "padding": False},
+              {"type": "constant", "value": '"'}]
+    items.append({"type": "template", "param_type": "input", "value": "${IN2}",
+                  "dataset": ",".join(t.validation), "expand": True, "hidden": True,
+                  "exclude": LOG_EXCLUDE, "nFilesPerJob": t.n_validation})
+    items.append({"type": "constant", "value": "--inMap \"{'IN': ${IN/T}, 'IN2': ${IN2/T}}\""})
+    return items
+
+
+def check_model_size(model_source: bytes, model_name: str) -> str | None:
+    """A reason to refuse a model file too big to travel in the exec string, or None."""
+    if len(model_source) > MAX_MODEL_BYTES:
+        return (f"{model_name} is {len(model_source)} bytes; a grid trial carries the model file "
+                f"in its task parameters (at most {MAX_MODEL_BYTES} bytes): move helper code into "
+                "the container image (resources.container)")
+    return None
+
+
+# ---- reading rendered parameters back (the executor after a restart, the test double) --------------
+def panda_did(name: str) -> str:
+    """A PanDA dataset/container name as a DID: ``user.jdoe.x_y/`` -> ``user.jdoe:user.jdoe.x_y``.
+
+    Names that carry a scope (``scope:name``) keep it; otherwise the scope is the first two fields
+    (``user.<nick>``, ``group.<name>``), or the first one, as Rucio's ATLAS convention has it."""
+    name = name.strip().rstrip("/")
+    if ":" in name:
+        return name
+    fields = name.split(".")
+    scope = ".".join(fields[:2]) if fields[0] in ("user", "group") else fields[0]
+    return f"{scope}:{name}"
+
+
+def exec_string(params: dict[str, Any]) -> str:
+    """The job's exec string (unquoted) from rendered task parameters."""
+    from urllib.parse import unquote
+
+    items = params.get("jobParameters", [])
+    for i, item in enumerate(items[:-1]):
+        if item.get("type") == "constant" and item.get("value") == '-p "':
+            return unquote(str(items[i + 1].get("value", "")))
+    raise ValueError("the task parameters have no exec string (-p)")
+
+
+def unpack_option(command: str, option: str) -> bytes:
+    """The gzip+base64 value of ``option`` (``--trial``, ``--model``) in an exec string."""
+    args = shlex.split(command)
+    value = args[args.index(option) + 1]
+    return gzip.decompress(base64.urlsafe_b64decode(value.encode()))
+
+
+def output_items(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The output templates of the task's job parameters."""
+    return [p for p in params.get("jobParameters", []) if p.get("param_type") == "output"]

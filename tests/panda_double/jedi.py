@@ -1,0 +1,220 @@
+"""JEDI, played in small: task registration with PanDA's duplicate rules, and the task life cycle.
+
+Tasks move registered -> defined -> ready -> running -> done | failed (one job per task, as gridml
+submits them), broken when they cannot be defined (an input dataset unknown or empty, no job
+parameters), aborting -> aborted when killed. The rules follow the real server's
+``insertTaskParamsPanda`` and ``sendCommandTaskPanda``: a task name reused while the task is
+active is a duplicate (code 2, the old jediTaskID in the message), reused after it ended means
+incremental re-execution (code 3); too many active tasks is code 10; ``retry`` is accepted only
+from finished/failed, ``kill`` only while the task is not over (code 4 otherwise).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.panda_double import pilot
+
+ACTIVE = ("registered", "defined", "ready", "scouting", "running", "paused", "throttled", "pending")
+FINAL = ("finished", "failed", "aborted", "done", "exhausted")
+REQUIRED = ("taskName", "vo", "prodSourceLabel", "jobParameters")
+
+
+@dataclass
+class Task:
+    task_id: int
+    params: dict[str, Any]
+    user: str
+    status: str = "registered"
+    history: list[str] = field(default_factory=list)
+    jobs: list[pilot.Job] = field(default_factory=list)
+    streams: dict[str, list[str]] = field(default_factory=dict)
+    datasets: dict[str, str] = field(default_factory=dict)  # stream -> dataset names
+    error: str = ""
+    command: str | None = None  # a pending kill/retry/incexec
+
+    def set(self, status: str) -> None:
+        self.status = status
+        self.history.append(status)
+
+
+class Jedi:
+    """The task table and the loop that advances it (one step per task per tick)."""
+
+    def __init__(self, data: Callable[[], Any], workroot: Path, env: dict[str, str], *,
+                 tick_s: float = 0.1, max_active_tasks: int | None = None) -> None:
+        self.data = data
+        self.workroot = Path(workroot)
+        self.env = env
+        self.tick_s = tick_s
+        self.max_active_tasks = max_active_tasks
+        self.tasks: dict[int, Task] = {}
+        self.inserts = 0  # insertTaskParams calls that reached the task table
+        self._next_task, self._next_job = 1000, 5000
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="jedi", daemon=True)
+
+    # ---- commands from the API ------------------------------------------------------------------
+    def insert(self, params: dict[str, Any], user: str) -> tuple[int, str]:
+        """insertTaskParamsPanda: (code, message) as the real server answers."""
+        with self._lock:
+            self.inserts += 1
+            if not isinstance(params, dict) or any(k not in params for k in REQUIRED):
+                return 4, "failed to register task"
+            active = [t for t in self.tasks.values() if t.user == user and t.status in ACTIVE]
+            if self.max_active_tasks is not None and len(active) + 1 > self.max_active_tasks:
+                return 10, f"Too many active tasks for {user} {len(active) + 1}>{self.max_active_tasks}"
+            old = self._by_name(params, user)
+            if old is not None:
+                return self._duplicate(old, params)
+            task = Task(self._new_task_id(), dict(params, userName=user, taskType="anal"), user)
+            task.set("registered")
+            self.tasks[task.task_id] = task
+            return 0, f"succeeded. new jediTaskID={task.task_id}"
+
+    def _by_name(self, params: dict[str, Any], user: str) -> Task | None:
+        if params.get("uniqueTaskName") is not True:
+            return None
+        same = [t for t in self.tasks.values()
+                if t.user == user and t.params["taskName"] == params["taskName"]]
+        return max(same, key=lambda t: t.task_id) if same else None
+
+    def _duplicate(self, old: Task, params: dict[str, Any]) -> tuple[int, str]:
+        name = params["taskName"]
+        if old.status not in FINAL:
+            return 2, (f"jediTaskID={old.task_id} is in the {old.status} state for outDS={name}. "
+                       "You can re-submit the task with new parameters for the same or another "
+                       "input once it goes into finished/failed/done. Or you can retry the task "
+                       "once it goes into running/finished/failed/done. ")
+        old.command = "incexec"
+        return 3, ("reactivation accepted. "
+                   f"jediTaskID={old.task_id} (currently in {old.status} state) will be "
+                   "re-executed with old and/or new input")
+
+    def command(self, task_id: int, com: str) -> tuple[int, str]:
+        """sendCommandTaskPanda for kill and retry."""
+        with self._lock:
+            task = self.tasks.get(task_id)
+            if task is None:
+                return 2, f"jediTaskID={task_id} not found"
+            allowed = (task.status in ("finished", "failed") if com == "retry" else
+                       task.status not in ("finished", "done", "prepared", "broken", "aborted",
+                                           "toabort", "aborting", "failed"))
+            if not allowed:
+                return 4, (f"Command rejected: the {com} command is not accepted if the task is "
+                           f"in {task.status} status ")
+            task.command = com
+            return 0, (f"command={com} is registered for task ID {task_id}. "
+                       "will be executed in a few minutes")
+
+    def get(self, task_id: int) -> Task | None:
+        with self._lock:
+            return self.tasks.get(task_id)
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            for task in self.tasks.values():
+                for job in task.jobs:
+                    job.kill()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            with self._lock:
+                tasks = list(self.tasks.values())
+            for task in tasks:
+                self.step(task)
+
+    def step(self, task: Task) -> None:
+        """Advance one task by one state (or act on its pending command)."""
+        with self._lock:
+            if task.command:
+                return self._act(task)
+            if task.status == "registered":
+                return self._define(task)
+            if task.status == "defined":
+                return task.set("ready")
+            if task.status == "ready":
+                return self._start_job(task)
+            if task.status == "running":
+                return self._watch_job(task)
+            if task.status == "aborting" and not any(j.status == "running" for j in task.jobs):
+                task.set("aborted")
+        return None
+
+    def _act(self, task: Task) -> None:
+        com, task.command = task.command, None
+        if com == "kill":
+            task.set("aborting")
+            for job in task.jobs:
+                if job.status == "running":
+                    job.status = "cancelled"
+                    job.kill()
+        elif com in ("retry", "incexec"):
+            task.set("ready")
+
+    def _define(self, task: Task) -> None:
+        """Resolve every input stream to its files; broken when that is impossible."""
+        try:
+            for item in task.params["jobParameters"]:
+                if item.get("param_type") == "input":
+                    stream = pilot._PLACEHOLDER.search(item["value"]).group(1)  # type: ignore[union-attr]
+                    task.streams[stream] = self._files(item)
+                    task.datasets[stream] = item["dataset"]
+        except Exception as exc:  # noqa: BLE001 - JEDI's refiner breaks the task on any problem
+            task.error = f"failed to define the task: {exc}"
+            return task.set("broken")
+        task.set("defined")
+
+    def _files(self, item: dict[str, Any]) -> list[str]:
+        from gridml.executors.panda_render import panda_did
+
+        files = []
+        for ds in str(item["dataset"]).split(","):
+            found = self.data().resolve(panda_did(ds))
+            files += [str(f.did) for f in found]
+        if not files:
+            raise ValueError(f"no files in {item['dataset']}")
+        return files
+
+    def _start_job(self, task: Task) -> None:
+        self._next_job += 1
+        serial = len(task.jobs) + 1
+        job = pilot.Job(self._next_job, task.task_id, serial,
+                        self.workroot / f"{task.task_id}" / f"{self._next_job}", dict(task.streams))
+        task.jobs.append(job)
+        task.set("running")
+        hours = float(task.params.get("maxWalltime") or 24)
+        threading.Thread(target=pilot.run, args=(task.params, job, self.data(), self.env, hours * 3600),
+                         name=f"pilot-{job.panda_id}", daemon=True).start()
+
+    def _watch_job(self, task: Task) -> None:
+        job = task.jobs[-1]
+        if job.status in ("finished", "failed"):
+            task.error = job.diag
+            task.set("done" if job.status == "finished" else "failed")
+
+    def _new_task_id(self) -> int:
+        self._next_task += 1
+        return self._next_task
+
+    def wait(self, task_id: int, states: tuple[str, ...], timeout_s: float = 120) -> str:
+        """Test helper: block until the task is in one of ``states``; its status."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            task = self.get(task_id)
+            if task is not None and task.status in states:
+                return task.status
+            time.sleep(0.05)
+        raise TimeoutError(f"task {task_id} not in {states} after {timeout_s} s "
+                           f"(history {self.get(task_id).history if self.get(task_id) else None})")

@@ -1,0 +1,179 @@
+"""The pilot and runGen, played on this machine for one job of a task.
+
+What a PanDA pilot does with a prun job, in small: expand the task's job parameters into runGen's
+command line (input and output templates, ``$JEDITASKID``, ``${SN/P}``, ``${SURL}``), stage the
+input files in from the data store into a fresh job directory, run the exec string there with the
+``%IN``-style placeholders replaced by the staged file names, rename the outputs as runGen's ``-o``
+map says and stage them out into the task's output containers, and always stage out a log tarball.
+The container image is not pulled: the job runs on the host, in the environment the test gives it
+(``env``: the virtualenv's bin first on PATH and the repository on PYTHONPATH stand in for it).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import signal
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from gridml.executors.panda_render import panda_did
+
+_PLACEHOLDER = re.compile(r"\$\{(\w+)(/T)?\}")
+
+
+@dataclass
+class Job:
+    """One job of a task: its inputs per stream, the files it produced, how it ended."""
+
+    panda_id: int
+    task_id: int
+    serial: int
+    workdir: Path
+    streams: dict[str, list[str]]  # stream name (IN, IN2) -> input file DIDs
+    status: str = "defined"  # defined -> running -> finished | failed | cancelled
+    exit_code: int | None = None
+    diag: str = ""
+    outputs: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+
+
+def expand(value: str, job: Job, params: dict[str, Any]) -> str:
+    """A job parameter's value with JEDI's placeholders filled in."""
+    def sub(m: re.Match[str]) -> str:
+        name, as_list = m.group(1), m.group(2)
+        if name == "SURL":
+            return str(params.get("sourceURL", ""))
+        if name in ("SN", "SN/P"):
+            return f"{job.serial:06d}"
+        names = [did.split(":", 1)[-1] for did in job.streams.get(name, [])]
+        return str(names) if as_list else ",".join(names)
+    value = value.replace("${SN/P}", f"{job.serial:06d}").replace("$JEDITASKID", str(job.task_id))
+    return _PLACEHOLDER.sub(sub, value)
+
+
+def command_line(params: dict[str, Any], job: Job) -> str:
+    """runGen's arguments as JEDI writes them into the job (hidden items left out)."""
+    out = ""
+    for item in params["jobParameters"]:
+        if item.get("hidden"):
+            continue
+        out += expand(str(item["value"]), job, params)
+        out += "" if item.get("padding") is False else " "
+    return out.strip()
+
+
+def parse_rungen(line: str) -> dict[str, str]:
+    """The options runGen reads (-o output map, -p exec, -i inputs, -r run dir, ...)."""
+    args = shlex.split(line)
+    opts: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        if args[i].startswith("-") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            opts[args[i]] = args[i + 1]
+            i += 2
+        else:
+            opts[args[i]] = ""
+            i += 1
+    return opts
+
+
+def exec_command(opts: dict[str, str], job: Job) -> str:
+    """The user's exec string with %IN-style placeholders replaced (longest stream name first)."""
+    command = unquote(opts.get("-p", ""))
+    for stream in sorted(job.streams, key=len, reverse=True):
+        names = ",".join(did.split(":", 1)[-1] for did in job.streams[stream])
+        command = re.sub(rf"%{stream}\b", names, command)
+    return command
+
+
+def stage_in(data: Any, job: Job) -> None:
+    for dids in job.streams.values():
+        for did in dids:
+            data.download(did, job.workdir)
+
+
+def run(params: dict[str, Any], job: Job, data: Any, env: dict[str, str], timeout_s: float) -> None:
+    """Run the job to its end: stage-in, exec, stage-out, log. Sets job.status/exit_code/diag."""
+    job.workdir.mkdir(parents=True, exist_ok=True)
+    job.status = "running"
+    opts = parse_rungen(command_line(params, job))
+    try:
+        stage_in(data, job)
+    except Exception as exc:  # noqa: BLE001 - any stage-in problem fails the job, as in a pilot
+        return _end(params, job, data, 1, f"stage-in failed: {exc}")
+    rc = _execute(exec_command(opts, job), job, env, timeout_s)
+    if job.status == "cancelled":
+        return _end(params, job, data, rc, "killed by the task's kill command")
+    missing = stage_out(params, opts, job, data) if rc == 0 else []
+    diag = f"exec exited with {rc}" if rc else (f"missing outputs: {missing}" if missing else "")
+    _end(params, job, data, rc or (1 if missing else 0), diag)
+
+
+def _execute(command: str, job: Job, env: dict[str, str], timeout_s: float) -> int:
+    with open(job.workdir / "payload.stdout", "wb") as log:
+        job.proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=job.workdir, env=env,
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return job.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.diag = f"walltime exceeded ({timeout_s:.0f} s)"
+            return job.proc.wait()
+
+
+def stage_out(params: dict[str, Any], opts: dict[str, str], job: Job, data: Any) -> list[str]:
+    """Upload the renamed outputs into the task's output containers; the names not produced."""
+    out_map = ast.literal_eval(opts.get("-o", "{}") or "{}")
+    by_lfn = {expand(p["value"], job, params): p for p in params["jobParameters"]
+              if p.get("param_type") == "output"}
+    missing = []
+    for local, template in out_map.items():
+        lfn = expand(template, job, params)
+        src = job.workdir / local
+        if not src.is_file():
+            missing.append(local)
+            continue
+        _upload(data, src, lfn, by_lfn[lfn]["dataset"], job)
+        job.outputs.append(lfn)
+    return missing
+
+
+def _upload(data: Any, src: Path, lfn: str, container: str, job: Job) -> None:
+    """Into the per-task dataset ``<container>.<jediTaskID>``, attached to the container."""
+    cont = panda_did(container)
+    dataset = f"{cont}.{job.task_id}"
+    data.upload([src], dataset, names=[lfn], metadata={"jediTaskID": job.task_id,
+                                                      "PandaID": job.panda_id})
+    data.add_container(cont, [dataset])
+
+
+def _end(params: dict[str, Any], job: Job, data: Any, rc: int, diag: str) -> None:
+    job.exit_code = rc
+    job.diag = job.diag or diag
+    if job.status != "cancelled":
+        job.status = "finished" if rc == 0 else "failed"
+    stage_out_log(params, job, data)
+
+
+def stage_out_log(params: dict[str, Any], job: Job, data: Any) -> None:
+    log = params.get("log")
+    if not log:
+        return
+    lfn = expand(log["value"], job, params)
+    tarball = job.workdir / lfn
+    with tarfile.open(tarball, "w:gz") as tar:
+        for name in ("payload.stdout", "payload.log"):
+            if (job.workdir / name).is_file():
+                tar.add(job.workdir / name, arcname=f"{job.panda_id}/{name}")
+    _upload(data, tarball, lfn, log["dataset"], job)
