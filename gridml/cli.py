@@ -151,13 +151,17 @@ def status(study: Optional[str] = typer.Argument(None, help="study name or id; n
         wait = "-" if t["input_wait_frac"] is None else f"{100 * t['input_wait_frac']:.0f}%" + (
             " input-bound" if t["input_bound"] else "")
         table.add_row(str(t["number"]), t["state"], str(t["epochs_done"]), obj, tpe, wait,
-                      json.dumps(t["hparams"]))
+                      _hparams(t["hparams"]))
     out.print(table)
     for t in doc["trials"]:
         if t["state"] == "failed" and t["error"]:
             out.print(f"[red]trial {t['number']} failed[/]: {t['error'].splitlines()[0]}")
     if s["convergence_plot"]:
         out.print(f"convergence plot: {s['convergence_plot']}")
+
+
+def _hparams(hp: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in hp.items())
 
 
 def _trial_status(study: str, doc: dict[str, Any], number: int, as_json: bool) -> None:

@@ -43,7 +43,7 @@ def progress_table(study: Study, trials: list[Trial]) -> Table:
     for t in trials[-20:]:
         obj = f"{t.objective:.4f}" if t.objective is not None else "-"
         mark = " *" if best is not None and t.id == best.id else ""
-        hp = ", ".join(f"{k}={_short(v)}" for k, v in t.hparams.items())
+        hp = " ".join(f"{k}={_short(v)}" for k, v in t.hparams.items())
         table.add_row(str(t.number), t.state, str(t.epochs_done), obj + mark, hp)
     return table
 

@@ -9,6 +9,7 @@ never starts a trial twice.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -40,6 +41,18 @@ def tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+_NOISE = re.compile(r"^\[\d+\]<(stdout|stderr)>:|^\s*$")
+
+
+def last_error_line(log_tail: str) -> str:
+    """The payload's last words (horovodrun's [rank]<stream>: prefixes removed)."""
+    for line in reversed(log_tail.splitlines()):
+        text = _NOISE.sub("", line).strip()
+        if text and "tensorflow/core" not in text and not text.startswith("To enable the following"):
+            return text[:300]
+    return ""
 
 
 class LocalExecutor:
@@ -84,7 +97,10 @@ class LocalExecutor:
             code = int(code_file.read_text().strip() or 1)
             if code == 0:
                 return TaskStatus("completed")
-            return TaskStatus("failed", f"payload exited with code {code}", tail(run / "payload.log"))
+            log_tail = tail(run / "payload.log")
+            why = last_error_line(log_tail)
+            return TaskStatus("failed", f"payload exited with code {code}" + (f": {why}" if why else ""),
+                              log_tail)
         pid = self._pid(run)
         if pid is not None and _alive(pid):
             return TaskStatus("running")
