@@ -1,0 +1,84 @@
+"""model.fit with Horovod's and gridml's callbacks, resume from checkpoint, and the outputs."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from payloads.runtime import callbacks as cbs, outputs, threads
+from payloads.runtime.checkpoint import Checkpointer
+from payloads.runtime.trial import TrialConfig
+
+log = logging.getLogger("gridml.payload")
+
+
+def _callbacks(cfg: TrialConfig, data: Any, hvd: Any, reporter: Any, ckpt: Any) -> list[Any]:
+    import horovod.tensorflow as htf  # the object collectives live here, not in .keras
+
+    per_epoch = data.train.rows_per_epoch * hvd.size()
+    profiler = cbs.EpochProfiler(data.loaders, htf.allgather_object, lambda: per_epoch)
+    report = cbs.EpochReporter(
+        hvd.rank(), reporter, profiler, ckpt, lambda obj: htf.broadcast_object(obj, 0),
+        cfg.early_stopping, extra=lambda: {"cache": data.train.cache.stats()})
+    return [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+            hvd.callbacks.MetricAverageCallback(), profiler, report]
+
+
+def _resume(cfg: TrialConfig, model: Any, hvd: Any, reporter: Any) -> int:
+    """Restore the newest checkpoint on every rank; returns the number of epochs already done."""
+    if not cfg.training.get("checkpoint", True):
+        return 0
+    done = Checkpointer(cfg.output_dir / "checkpoint").restore(model)
+    if done and hvd.rank() == 0:
+        reporter.spool.truncate_after(done)
+        log.info("resuming after epoch %d from %s", done, cfg.output_dir / "checkpoint")
+    return done
+
+
+def fit_and_finish(cfg: TrialConfig, plan: threads.ThreadPlan, data: Any, hvd: Any,
+                   device: str, policy: str) -> int:
+    from payloads.runtime.session import build_model, make_reporter
+
+    model = build_model(cfg, data, hvd)
+    reporter = make_reporter(cfg) if hvd.rank() == 0 else None
+    ckpt = Checkpointer(cfg.output_dir / "checkpoint") if (
+        hvd.rank() == 0 and cfg.training.get("checkpoint", True)) else None
+    start = _resume(cfg, model, hvd, reporter)
+    epochs = int(cfg.training["epochs"])
+    cb = _callbacks(cfg, data, hvd, reporter, ckpt)
+    from payloads.runtime.inputs import tf_dataset
+
+    opts = threads.dataset_options(plan)
+    train_ds = tf_dataset(data.train, range(start, epochs), opts)
+    val_ds = tf_dataset(data.val, None, opts) if data.val is not None else None
+    if start < epochs:
+        model.fit(train_ds, epochs=epochs, initial_epoch=start,
+                  steps_per_epoch=data.train.steps_per_epoch, validation_data=val_ds,
+                  validation_steps=data.val.steps_per_epoch if data.val else None,
+                  callbacks=cb, verbose=int(cfg.training.get("verbose", 0)) if hvd.rank() == 0
+                  else 0)
+    if hvd.rank() == 0:
+        _finish(cfg, model, reporter, cb[-1], plan, device, policy, data)
+    return 0
+
+
+def _finish(cfg: TrialConfig, model: Any, reporter: Any, report_cb: Any, plan: Any,
+            device: str, policy: str, data: Any) -> None:
+    out = cfg.output_dir
+    reporter.close()
+    reports = [r for _, r in sorted(reporter.spool.last_by_epoch().items())]
+    final = reports[-1]["metrics"] if reports else {}
+    epochs_done = reports[-1]["epoch"] if reports else 0
+    pruned = report_cb.stop_reason is not None and epochs_done < int(cfg.training["epochs"])
+    outputs.save_model(model, out, cfg.training["loss"], [])
+    outputs.plot_curves(reports, out / "curves.png", f"{cfg.study} trial {cfg.trial_number}")
+    runtime = {"threads": plan.as_dict(), "device": device, "precision": policy,
+               "ranks": report_cb.profiler.last.get("extra", {}).get("ranks"),
+               "cache": data.train.cache.stats(), "posted_epochs": reporter.posted,
+               "unposted_epochs": reporter.failed}
+    outputs.write_json(out / "provenance.json", outputs.provenance(cfg, final, runtime))
+    outputs.write_json(out / "result.json", {
+        "state": "pruned" if pruned else "completed", "objective_metrics": final,
+        "epochs": epochs_done, "reason": report_cb.stop_reason})
+    log.info("trial finished (%s) after %d epochs: %s", "pruned" if pruned else "completed",
+             epochs_done, out)

@@ -1,0 +1,84 @@
+"""The user's model file (loaded by path), its normalisation, optimizer and compile arguments."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from payloads.runtime.errors import PayloadFailure
+
+OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop", "adagrad": "Adagrad",
+              "nadam": "Nadam", "adamax": "Adamax"}
+
+
+def load_build_model(path: Path) -> Any:
+    """Import the user's file by path and return its ``build_model`` function."""
+    if not path.is_file():
+        raise PayloadFailure(f"model file {path} does not exist", code=2)
+    spec = importlib.util.spec_from_file_location(f"gridml_user_model_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except Exception as e:
+        raise PayloadFailure(f"model file {path} failed to import: {type(e).__name__}: {e}")
+    fn = getattr(module, "build_model", None)
+    if not callable(fn):
+        raise PayloadFailure(f"model file {path} defines no build_model(hparams, input_shape)")
+    return fn
+
+
+def build(path: Path, hparams: dict[str, Any], input_shape: Any) -> Any:
+    from tensorflow import keras
+
+    model = load_build_model(path)(dict(hparams), input_shape)
+    if not isinstance(model, keras.Model):
+        raise PayloadFailure(f"model file {path}: build_model returned "
+                             f"{type(model).__name__}, not a keras.Model")
+    return model
+
+
+def adapt_normalization(model: Any, sample: Any) -> int:
+    """Adapt every not-yet-adapted Normalization layer fed directly by the model's input.
+
+    The sample is the same first rows of the training files on every rank, so all ranks get
+    identical statistics without communicating. Returns how many layers were adapted.
+    """
+    from tensorflow import keras
+
+    n = 0
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Normalization) and not layer.is_adapted:
+            layer.adapt(np.asarray(sample, dtype=np.float32), batch_size=4096)
+            n += 1
+    return n
+
+
+def optimizer(name: str, learning_rate: float) -> Any:
+    from tensorflow import keras
+
+    cls = OPTIMIZERS.get(str(name).lower())
+    if cls is None:
+        raise PayloadFailure(f"training.optimizer '{name}' is not one of {sorted(OPTIMIZERS)}",
+                             code=2)
+    return getattr(keras.optimizers.legacy, cls)(learning_rate=learning_rate)
+
+
+def scaled_lr(lr: float, ranks: int, rule: str) -> float:
+    """Linear scaling (Goyal et al. 2017): the global batch grows with ranks, so does the lr."""
+    return lr * ranks if rule == "linear" else lr
+
+
+def metric_objects(names: list[str], loss: str) -> list[Any]:
+    """Keras metrics by name, with stable names (``auc``, not ``auc_1``)."""
+    from tensorflow import keras
+
+    binary = loss == "binary_crossentropy"
+    table = {"auc": lambda: keras.metrics.AUC(name="auc"),
+             "accuracy": lambda: keras.metrics.BinaryAccuracy(name="accuracy") if binary
+             else "accuracy",
+             "precision": lambda: keras.metrics.Precision(name="precision"),
+             "recall": lambda: keras.metrics.Recall(name="recall")}
+    return [table[n]() if n in table else n for n in names]

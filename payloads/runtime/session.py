@@ -1,0 +1,110 @@
+"""One training run of a trial on this rank: the steps of the payload, in order."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from payloads.runtime import gpu, inputs, model as user_model, outputs, threads
+from payloads.runtime.cache import BlockCache, choose_compression
+from payloads.runtime.checkpoint import Checkpointer
+from payloads.runtime.errors import PayloadFailure
+from payloads.runtime.h5source import H5Source
+from payloads.runtime.reporter import HttpApi, Reporter
+from payloads.runtime.spool import Spool
+from payloads.runtime.trial import TrialConfig
+
+log = logging.getLogger("gridml.payload")
+
+
+@dataclass
+class Data:
+    train: inputs.ShardedLoader
+    val: inputs.ShardedLoader | None
+    sources: list[H5Source] = field(default_factory=list)
+
+    @property
+    def loaders(self) -> list[inputs.ShardedLoader]:
+        return [x for x in (self.train, self.val) if x is not None]
+
+    def first_error(self) -> BaseException | None:
+        return next((ld.error for ld in self.loaders if ld.error is not None), None)
+
+
+def _features(cfg: TrialConfig) -> list[str]:
+    f = cfg.data.get("features", "x")
+    return [f] if isinstance(f, str) else list(f)
+
+
+def open_data(cfg: TrialConfig, rank: int, ranks: int) -> Data:
+    feats, label, t = _features(cfg), str(cfg.data.get("labels", "y")), cfg.training
+    train = H5Source(cfg.data["train"], feats + [label])
+    val = H5Source(cfg.data["validation"], feats + [label]) if cfg.data["validation"] else None
+    budget = int(float(t["cache_budget_mb"]) * 2**20)
+    first = train.read(train.blocks[0])
+    raw = sum(a.nbytes for a in first.values()) * len(train.blocks) // ranks
+    mode = choose_compression(str(t["cache_compression"]), first, raw, budget)
+    cache = BlockCache(budget, mode)
+    common = dict(batch=int(t["batch_size"]), rank=rank, ranks=ranks, seed=cfg.seed,
+                  window=int(t["shuffle_buffer_chunks"]), prefetch=int(t["prefetch_batches"]),
+                  cache=cache)
+    tl = inputs.ShardedLoader(train, feats, label, shuffle=True, **common)
+    vl = inputs.ShardedLoader(val, feats, label, shuffle=False, **common) if val else None
+    if tl.steps_per_epoch == 0:
+        raise PayloadFailure(f"data.train has {train.total_rows} rows: fewer than one per rank "
+                             f"for {ranks} ranks", code=3)
+    return Data(tl, vl, [s for s in (train, val) if s is not None])
+
+
+def _input_shape(src: H5Source, feats: list[str]) -> Any:
+    shapes = [tuple(int(d) for d in src.row_shapes[f]) for f in feats]
+    return shapes[0] if len(shapes) == 1 else tuple(shapes)
+
+
+def build_model(cfg: TrialConfig, data: Data, hvd: Any) -> Any:
+    feats, t = _features(cfg), cfg.training
+    m = user_model.build(cfg.model_file, cfg.hparams, _input_shape(data.train.src, feats))
+    head = data.train.src.head(int(t["adapt_samples"]))
+    if len(feats) == 1 and user_model.adapt_normalization(m, head[feats[0]]):
+        log.info("adapted normalisation on the first %d training rows", len(head[feats[0]]))
+    lr = user_model.scaled_lr(cfg.learning_rate, hvd.size(), str(t["lr_scaling"]))
+    opt = hvd.DistributedOptimizer(user_model.optimizer(str(t["optimizer"]), lr))
+    m.compile(optimizer=opt, loss=t["loss"],
+              metrics=user_model.metric_objects(list(t["metrics"]), str(t["loss"])))
+    return m
+
+
+def make_reporter(cfg: TrialConfig) -> Reporter:
+    api = cfg.api or {}
+    http = HttpApi(api["url"], api.get("token"), cfg.trial_id) if api.get("url") else None
+    return Reporter(Spool(cfg.output_dir / "metrics.jsonl"), http, cfg.heartbeat_s)
+
+
+def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
+    import tensorflow as tf
+
+    threads.apply_tf(plan)
+    import horovod.tensorflow.keras as hvd
+
+    hvd.init()
+    device = gpu.setup_gpu(tf.config, hvd.local_rank(), cfg.gpus)
+    policy = gpu.precision_policy(cfg.training.get("mixed_precision"), device)
+    tf.keras.mixed_precision.set_global_policy(policy)
+    tf.keras.utils.set_random_seed(cfg.seed % 2**31)
+    if hvd.rank() == 0:
+        log.info("trial %s/%s: %d ranks, device %s, precision %s, threads %s", cfg.study,
+                 cfg.trial_number, hvd.size(), device, policy, plan.as_dict())
+    cfg.output_dir.mkdir(parents=True, exist_ok=True)
+    data = open_data(cfg, hvd.rank(), hvd.size())
+    try:
+        from payloads.runtime.fit import fit_and_finish
+
+        return fit_and_finish(cfg, plan, data, hvd, device, policy)
+    except Exception:
+        if data.first_error() is not None:
+            raise data.first_error() from None
+        raise
+    finally:
+        for s in data.sources:
+            s.close()

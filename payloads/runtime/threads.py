@@ -1,0 +1,97 @@
+"""Thread pools sized from the cores a trial was given, set *before* TensorFlow starts.
+
+TensorFlow's defaults size every pool from the node's cores, per process (and tf.data adds its
+own), so a many-rank trial on a big node can start thousands of threads (DeepTau met 30,000).
+Here each rank gets ``cores // local_ranks`` cores and every pool is capped to that.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+_LOCAL_SIZE_VARS = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                    "PMI_LOCAL_SIZE")
+_LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+_CAPPED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+               "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """How many threads each pool of one rank may use."""
+
+    cores: int          # cores given to the whole trial
+    local_ranks: int    # ranks of this trial on this node
+    per_rank: int       # cores per rank
+    intra_op: int       # TF intra-op pool (one op's parallel work)
+    inter_op: int       # TF inter-op pool (independent ops at once)
+    data: int           # tf.data private pool and the loader's reader threads
+    omp: int            # OpenMP / MKL / BLAS
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _first_int(names: tuple[str, ...], default: int) -> int:
+    for n in names:
+        if os.environ.get(n, "").strip().isdigit():
+            return int(os.environ[n])
+    return default
+
+
+def local_ranks() -> int:
+    """Ranks on this node, from the launcher's environment (horovodrun/gloo or mpirun)."""
+    return max(1, _first_int(_LOCAL_SIZE_VARS, 1))
+
+
+def local_rank() -> int:
+    return _first_int(_LOCAL_RANK_VARS, 0)
+
+
+def plan_threads(cores: int, n_local: int) -> ThreadPlan:
+    """Split ``cores`` over ``n_local`` ranks; every pool at least 1, inter-op at most 2."""
+    per_rank = max(1, int(cores) // max(1, n_local))
+    return ThreadPlan(cores=int(cores), local_ranks=n_local, per_rank=per_rank, intra_op=per_rank,
+                      inter_op=1 if per_rank <= 2 else 2, data=max(1, min(per_rank, 4)),
+                      omp=per_rank)
+
+
+def apply_env(plan: ThreadPlan) -> None:
+    """Set OMP/MKL/BLAS and TF's pool variables; must run before TensorFlow is imported."""
+    for name in _CAPPED_ENV:
+        os.environ[name] = str(plan.omp)
+    os.environ["TF_NUM_INTRAOP_THREADS"] = str(plan.intra_op)
+    os.environ["TF_NUM_INTEROP_THREADS"] = str(plan.inter_op)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ["KMP_BLOCKTIME"] = "0"  # idle OpenMP threads sleep at once instead of spinning
+
+
+def apply_tf(plan: ThreadPlan) -> None:
+    """Set TensorFlow's pools (before any op runs)."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
+    tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
+
+
+def dataset_options(plan: ThreadPlan):  # -> tf.data.Options
+    """tf.data options: a private pool of ``plan.data`` threads, no autotuned extra threads."""
+    import tensorflow as tf
+
+    opts = tf.data.Options()
+    opts.threading.private_threadpool_size = plan.data
+    opts.threading.max_intra_op_parallelism = 1
+    opts.autotune.enabled = False
+    opts.experimental_optimization.inject_prefetch = False
+    return opts
+
+
+def thread_count() -> int:
+    """OS threads of this process right now (TensorFlow's C++ pools included)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()

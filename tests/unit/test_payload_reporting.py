@@ -1,0 +1,131 @@
+"""Spool and reporter of the payload: durable spool, retries against a real loopback HTTP server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from payloads.runtime.reporter import HttpApi, Reporter
+from payloads.runtime.spool import Spool
+
+
+class _Server:
+    """A tiny metrics API: fails the first ``fail`` epoch posts with 503, stores by epoch."""
+
+    def __init__(self, fail: int = 0, stop: bool = False) -> None:
+        self.fail, self.stop = fail, stop
+        self.epochs: dict[int, dict] = {}
+        self.calls: list[tuple[str, str, str | None]] = []
+        self.heartbeats = 0
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        srv = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def _reply(self, code: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                srv.calls.append(("POST", self.path, self.headers.get("Authorization")))
+                if self.path.endswith("/heartbeat"):
+                    srv.heartbeats += 1
+                    return self._reply(200, {"ok": True})
+                if srv.fail > 0:
+                    srv.fail -= 1
+                    return self._reply(503, {"detail": "busy"})
+                old = srv.epochs.get(body["epoch"])
+                if old is not None and old != body:
+                    return self._reply(409, {"detail": "different body"})
+                srv.epochs[body["epoch"]] = body
+                self._reply(201 if old is None else 200, {"stored": old is None})
+
+            def do_GET(self) -> None:  # noqa: N802
+                srv.calls.append(("GET", self.path, self.headers.get("Authorization")))
+                self._reply(200, {"stop": srv.stop, "reason": "median rule"})
+
+        return H
+
+
+@pytest.fixture
+def api_server() -> Iterator[tuple[_Server, str]]:
+    state = _Server()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), state.handler())
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    yield state, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _report(epoch: int, loss: float = 0.5) -> dict:
+    return {"epoch": epoch, "metrics": {"loss": loss}, "epoch_time": 1.0}
+
+
+def test_spool_is_durable_and_skips_a_torn_line(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "out" / "metrics.jsonl")
+    spool.append(_report(1))
+    spool.append(_report(2))
+    with open(spool.path, "a") as f:
+        f.write('{"epoch": 3, "metr')  # killed mid-write
+    assert [r["epoch"] for r in spool.read()] == [1, 2]
+    spool.truncate_after(1)
+    assert [r["epoch"] for r in spool.read()] == [1]
+
+
+def test_reporter_retries_until_the_server_accepts(tmp_path: Path, api_server) -> None:
+    state, url = api_server
+    state.fail = 3
+    api = HttpApi(url, "tok", 7, backoff=0.01)
+    rep = Reporter(Spool(tmp_path / "metrics.jsonl"), api, heartbeat_s=0.05)
+    rep.report(_report(1))
+    rep.report(_report(2, 0.4))
+    rep.close(timeout=10)
+    assert sorted(state.epochs) == [1, 2]
+    assert rep.posted == [1, 2] and rep.failed == []
+    assert [r["epoch"] for r in rep.spool.read()] == [1, 2]
+    assert all(c[1].startswith("/api/v1/trials/7/") and c[2] == "Bearer tok" for c in state.calls)
+    assert state.heartbeats >= 1
+
+
+def test_repeated_post_is_harmless_and_conflict_is_not_retried(tmp_path: Path, api_server) -> None:
+    state, url = api_server
+    api = HttpApi(url, None, 1, backoff=0.01)
+    assert api.request("POST", "/epochs", _report(1))[0] == 201
+    assert api.request("POST", "/epochs", _report(1))[0] == 200
+    n = len(state.calls)
+    assert api.request("POST", "/epochs", _report(1, 0.1))[0] == 409
+    assert len(state.calls) == n + 1
+
+
+def test_unreachable_server_leaves_reports_in_the_spool(tmp_path: Path) -> None:
+    api = HttpApi("http://127.0.0.1:9", "tok", 1, retries=2, backoff=0.01, timeout=0.5)
+    rep = Reporter(Spool(tmp_path / "metrics.jsonl"), api, heartbeat_s=60)
+    rep.report(_report(1))
+    rep.close(timeout=10)
+    assert rep.failed == [1] and rep.posted == []
+    assert rep.spool.read()[0]["epoch"] == 1
+
+
+def test_should_stop_asks_after_the_report_is_stored(tmp_path: Path, api_server) -> None:
+    state, url = api_server
+    state.stop = True
+    rep = Reporter(Spool(tmp_path / "m.jsonl"), HttpApi(url, "t", 3, backoff=0.01), 60)
+    rep.report(_report(1))
+    assert rep.should_stop() == (True, "median rule")
+    assert 1 in state.epochs
+    rep.close()
+    assert Reporter(Spool(tmp_path / "n.jsonl"), None).should_stop() == (False, "")
