@@ -192,7 +192,7 @@ def job_parameters(t: PandaTask, name: str) -> list[dict[str, Any]]:
               {"type": "constant", "value": '"'}]
     items.append({"type": "template", "param_type": "input", "value": "${IN2}",
                   "dataset": ",".join(t.validation), "expand": True, "hidden": True,
-                  "exclude": LOG_EXCLUDE, "nFilesPerJob": t.n_validation})
+                  "nFilesPerJob": t.n_validation})
     items.append({"type": "constant", "value": "--inMap \"{'IN': ${IN/T}, 'IN2': ${IN2/T}}\""})
     return items
 

@@ -54,6 +54,8 @@ class Jedi:
         self.max_active_tasks = max_active_tasks
         self.tasks: dict[int, Task] = {}
         self.inserts = 0  # insertTaskParams calls that reached the task table
+        self.hold = False  # True: ready tasks wait (a queue without free slots)
+        self.fail_next = 0  # the next N jobs fail at stage-in (a lost worker node)
         self._next_task, self._next_job = 1000, 5000
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -144,7 +146,7 @@ class Jedi:
                 return self._define(task)
             if task.status == "defined":
                 return task.set("ready")
-            if task.status == "ready":
+            if task.status == "ready" and not self.hold:
                 return self._start_job(task)
             if task.status == "running":
                 return self._watch_job(task)
@@ -195,8 +197,10 @@ class Jedi:
         task.jobs.append(job)
         task.set("running")
         hours = float(task.params.get("maxWalltime") or 24)
+        fail = self.fail_next > 0
+        self.fail_next -= int(fail)
         threading.Thread(target=pilot.run, args=(task.params, job, self.data(), self.env, hours * 3600),
-                         name=f"pilot-{job.panda_id}", daemon=True).start()
+                         kwargs={"fail": fail}, name=f"pilot-{job.panda_id}", daemon=True).start()
 
     def _watch_job(self, task: Task) -> None:
         job = task.jobs[-1]

@@ -103,12 +103,17 @@ def stage_in(data: Any, job: Job) -> None:
             data.download(did, job.workdir)
 
 
-def run(params: dict[str, Any], job: Job, data: Any, env: dict[str, str], timeout_s: float) -> None:
-    """Run the job to its end: stage-in, exec, stage-out, log. Sets job.status/exit_code/diag."""
+def run(params: dict[str, Any], job: Job, data: Any, env: dict[str, str], timeout_s: float,
+        *, fail: bool = False) -> None:
+    """Run the job to its end: stage-in, exec, stage-out, log. Sets job.status/exit_code/diag.
+
+    ``fail``: the worker node is lost during stage-in (what a retry is for)."""
     job.workdir.mkdir(parents=True, exist_ok=True)
     job.status = "running"
     opts = parse_rungen(command_line(params, job))
     try:
+        if fail:
+            raise RuntimeError("lost heartbeat: the worker node went away (simulated)")
         stage_in(data, job)
     except Exception as exc:  # noqa: BLE001 - any stage-in problem fails the job, as in a pilot
         return _end(params, job, data, 1, f"stage-in failed: {exc}")

@@ -1,0 +1,86 @@
+"""gridml's task parameters against prun's own, produced by panda-client in its dry mode.
+
+prun (``pandaclient.PrunScript.main(get_taskparams=True, dry_mode=True)``) builds the task
+parameter map for the equivalent command line without contacting any server; gridml's renderer
+must agree with it field by field, apart from the documented differences (no sandbox, one job per
+task, no automatic retries, the exec string carrying the trial).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gridml.executors.panda_render import PandaTask, exec_string, job_command, render_task_params
+
+pytestmark = [pytest.mark.slow]
+
+SERVER = "https://pandaserver.example.org:25443/server/panda"
+OUTPUTS = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json")
+GRIDML_ONLY = {"skipScout", "disableAutoRetry"}  # gridml's own choices (see panda_render)
+PRUN_ONLY = {"osInfo"}  # the submitting host's OS, informational
+DIFFERENT = {"cliParams"}  # the command line that made the task
+
+
+def gridml_task() -> PandaTask:
+    command = job_command({"study": "higgs", "output_dir": "/x"}, b"pass\n", "mlp.py", workers=2,
+                          controller="gloo", gpus=1)
+    return PandaTask(nickname="dummy", study="higgs", trial_number=3,
+                     train=["user.jdoe.higgs.train"], validation=["user.jdoe.higgs.val"],
+                     n_train=2, n_validation=1, command=command, cores=8, memory_gb=16,
+                     walltime_s=7200, gpus=1, vram_gb=16, container="docker://ghcr.io/gridml/payload:0.1",
+                     site="ANALY_MANC_GPU", working_group="phys-higgs", rse="MANC_SCRATCHDISK",
+                     client_version=_client_version(), source_url="https://pandaserver.example.org:25443")
+
+
+def _client_version() -> str:
+    from pandaclient import PandaToolsPkgInfo
+
+    return str(PandaToolsPkgInfo.release_version)
+
+
+def prun_params(tmp: Path, task: PandaTask) -> dict[str, object]:
+    """prun's map for the same trial (nickname is 'dummy' in prun's dry mode)."""
+    args = ["--outDS", "user.dummy.higgs.trial-0003", "--inDS", ",".join(task.train),
+            "--secondaryDSs", f"IN2:{task.n_validation}:{task.validation[0]}",
+            "--exec", exec_string(render_task_params(task)), "--outputs", ",".join(OUTPUTS),
+            "--containerImage", str(task.container), "--architecture", "#&nvidia:vram>=16384",
+            "--nCore", "8", "--memory", "2048", "--maxWalltime", "2", "--noBuild",
+            "--site", str(task.site), "--destSE", str(task.rse), "--workingGroup", "phys-higgs",
+            "--nFiles", "2", "--nFilesPerJob", "2"]
+    code = ("import json, sys; from pandaclient import PrunScript; sys.argv = ['prun']; "
+            "m = PrunScript.main(get_taskparams=True, dry_mode=True, ext_args=json.loads(sys.argv_json)); "
+            "print('@@' + json.dumps(m))").replace("sys.argv_json", repr(json.dumps(args)))
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp), "PANDA_BEHIND_REAL_LB": "1",
+           "PANDA_URL_SSL": SERVER, "PANDA_URL": SERVER, "PANDACACHE_URL": SERVER}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, capture_output=True,
+                          text=True, timeout=120)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("@@")), None)
+    assert line, f"prun failed: {proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return json.loads(line[2:])  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, object], dict[str, object]]:
+    task = gridml_task()
+    ours = render_task_params(task)
+    (tmp := tmp_path_factory.mktemp("prun")).mkdir(exist_ok=True)
+    return ours, prun_params(tmp, task)
+
+
+def test_the_same_task_level_fields_as_prun(both: tuple[dict, dict]) -> None:
+    ours, prun = both
+    assert set(ours) - set(prun) == GRIDML_ONLY
+    assert set(prun) - set(ours) == PRUN_ONLY
+    for key in sorted(set(ours) & set(prun) - DIFFERENT - {"jobParameters"}):
+        assert ours[key] == prun[key], key
+
+
+def test_the_same_job_parameters_as_prun_without_a_sandbox(both: tuple[dict, dict]) -> None:
+    ours, prun = both
+    theirs = [p for p in prun["jobParameters"] if p.get("value") != "-a None"]  # prun's sandbox
+    assert ours["jobParameters"] == theirs

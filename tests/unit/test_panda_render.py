@@ -1,0 +1,127 @@
+"""Golden-file tests of the pure task-parameter rendering (CPU, GPU, container, multi-input)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gridml.executors.panda import trial_state
+from gridml.executors.panda_outputs import trial_doc_of
+from gridml.executors.panda_render import (PandaTask, architecture, exec_string, job_command,
+                                           output_items, panda_did, render_task_params,
+                                           task_name, unpack_option)
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "panda"
+DOC = {"version": 1, "study": "higgs", "trial_number": 3, "hparams": {"units": 16},
+       "data": {"train": ["t0.h5", "t1.h5"], "validation": ["v0.h5"]},
+       "output_dir": "/home/u/.gridml/runs/higgs/trial-0003/outputs",
+       "api": {"url": "http://127.0.0.1:8765", "token": "tok"}}
+MODEL = b"def build_model(hparams, input_shape):\n    return None\n"
+
+
+def base_task(**kw: object) -> PandaTask:
+    command = job_command(DOC, MODEL, "mlp.py", workers=2, controller="gloo",
+                          gpus=int(kw.get("gpus", 0)))  # type: ignore[arg-type]
+    task = PandaTask(nickname="jdoe", study="higgs", trial_number=3,
+                     train=["user.jdoe:higgs.train"], validation=["user.jdoe:higgs.val"],
+                     n_train=2, n_validation=1, command=command, cores=2, memory_gb=4,
+                     walltime_s=5400, client_version="2.2.0",
+                     source_url="https://pandaserver.cern.ch:25443",
+                     cli_params="gridml submit higgs.yaml (study higgs, trial 3)")
+    return replace(task, **kw)  # type: ignore[arg-type]
+
+
+CASES = {
+    "cpu": {},
+    "gpu": {"gpus": 2, "vram_gb": 16.0, "cores": 4, "memory_gb": 16},
+    "container": {"container": "docker://ghcr.io/gridml/payload:0.1", "site": "ANALY_MANC_GPU",
+                  "rse": "UKI-NORTHGRID-MAN-HEP_SCRATCHDISK", "working_group": "phys-higgs"},
+    "multi_input": {"train": ["user.jdoe:higgs.train.a", "mc23:mc23.higgs.train.b"],
+                    "validation": ["user.jdoe:higgs.val.a", "user.jdoe:higgs.val.b"],
+                    "n_train": 40, "n_validation": 8},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_task_parameters_match_the_golden_file(case: str) -> None:
+    rendered = render_task_params(base_task(**CASES[case]))
+    path = GOLDEN / f"{case}.json"
+    if os.environ.get("GRIDML_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rendered, indent=2, sort_keys=True) + "\n")
+    assert rendered == json.loads(path.read_text()), f"update with GRIDML_UPDATE_GOLDEN=1 ({path})"
+
+
+def test_names_follow_prun_conventions() -> None:
+    p = render_task_params(base_task())
+    assert p["taskName"] == "user.jdoe.higgs.trial-0003/" and p["uniqueTaskName"] is True
+    assert p["log"]["dataset"] == "user.jdoe.higgs.trial-0003.log/"
+    outs = {i["dataset"] for i in output_items(p)}
+    assert "user.jdoe.higgs.trial-0003_model.keras/" in outs and len(outs) == 5
+    assert all(i["value"].startswith("user.jdoe.$JEDITASKID._${SN/P}.") for i in output_items(p))
+    assert task_name("jdoe", "higgs", 3, ".a2") == "user.jdoe.higgs.trial-0003.a2/"
+
+
+def test_resources_map_to_jedi_fields() -> None:
+    cpu = render_task_params(base_task())
+    assert cpu["coreCount"] == 2 and cpu["ramCount"] == 2048 and cpu["ramCountUnit"] == "MBPerCore"
+    assert cpu["maxWalltime"] == 2 and cpu["architecture"] == ""  # 1.5 h rounds up to 2 h
+    one = render_task_params(base_task(cores=1))
+    assert "coreCount" not in one  # prun leaves it out for one core
+    gpu = render_task_params(base_task(**CASES["gpu"]))  # type: ignore[arg-type]
+    assert gpu["architecture"] == "#&nvidia:vram>=16384"
+    assert "--gpus 2" in exec_string(gpu)
+
+
+def test_architecture_string() -> None:
+    assert architecture(0, 40) == ""
+    assert architecture(1, None) == "#&nvidia"
+    assert architecture(4, 39.5) == "#&nvidia:vram>=40448"
+
+
+def test_container_uses_prun_alrb_fields() -> None:
+    p = render_task_params(base_task(**CASES["container"]))  # type: ignore[arg-type]
+    assert p["container_name"] == "docker://ghcr.io/gridml/payload:0.1"
+    assert p["multiStepExec"]["containerOptions"]["containerImage"] == p["container_name"]
+    assert all(i.get("destination") == "UKI-NORTHGRID-MAN-HEP_SCRATCHDISK" for i in output_items(p))
+    assert p["site"] == "ANALY_MANC_GPU" and p["workingGroup"] == "phys-higgs"
+
+
+def test_multi_input_datasets_are_comma_joined_streams() -> None:
+    p = render_task_params(base_task(**CASES["multi_input"]))  # type: ignore[arg-type]
+    inputs = [i for i in p["jobParameters"] if i.get("param_type") == "input"]
+    assert inputs[0]["dataset"] == "user.jdoe:higgs.train.a,mc23:mc23.higgs.train.b"
+    assert inputs[0]["value"] == '-i "${IN/T}"' and p["dsForIN"] == inputs[0]["dataset"]
+    assert inputs[1]["value"] == "${IN2}" and inputs[1]["nFilesPerJob"] == 8
+    assert p["nFilesPerJob"] == 40  # one job takes every training file
+
+
+def test_exec_string_carries_trial_and_model_and_the_planner_command() -> None:
+    p = render_task_params(base_task())
+    command = exec_string(p)
+    assert command.startswith("python -m payloads.pilot_wrapper --train %IN --validation %IN2 ")
+    assert command.endswith("-- horovodrun -np 2 -H localhost:2 --gloo python -m "
+                            "payloads.train_keras trial.json")
+    assert unpack_option(command, "--model") == MODEL
+    assert trial_doc_of(p) == DOC
+
+
+def test_panda_names_become_dids() -> None:
+    assert panda_did("user.jdoe.higgs.trial-0003_model.keras/") == \
+        "user.jdoe:user.jdoe.higgs.trial-0003_model.keras"
+    assert panda_did("mc23:mc23.higgs.train") == "mc23:mc23.higgs.train"
+    assert panda_did("mc23_13TeV.12345.x") == "mc23_13TeV:mc23_13TeV.12345.x"
+
+
+@pytest.mark.parametrize("panda,trial", [
+    ("registered", "submitted"), ("defined", "submitted"), ("ready", "submitted"),
+    ("pending", "submitted"), ("running", "running"), ("scouting", "running"),
+    ("done", "completed"), ("finished", "completed"), ("failed", "failed"),
+    ("broken", "failed"), ("exhausted", "failed"), ("aborting", "killed"), ("aborted", "killed"),
+])
+def test_panda_task_states_map_to_trial_states(panda: str, trial: str) -> None:
+    assert trial_state(panda) == trial
