@@ -16,7 +16,7 @@ import pytest
 from gridml.data.base import DataManager, parse_did
 from gridml.errors import DataError, GridmlError, NotFoundError
 
-BACKENDS = ["local"]  # rucio joins in phase 2 (tests/rucio fixtures)
+BACKENDS = ["local", pytest.param("rucio", marks=[pytest.mark.service, pytest.mark.slow])]
 
 
 @pytest.fixture(params=BACKENDS)

@@ -1,0 +1,266 @@
+"""The ``rucio`` DataManager: rucio-clients against a real Rucio server.
+
+Configuration is Rucio's own: ``RUCIO_CONFIG`` (or rucio.cfg in Rucio's usual places) and
+``RUCIO_ACCOUNT``; gridml adds the RSE to write to (``--rse`` or ``$GRIDML_RUCIO_RSE``). Every
+client call goes through :func:`gridml.data.rucio_errors.call` (retries, error translation).
+
+Uploads: each file is copied to the RSE first and registered only after the copy is verified
+(``register_after_upload``), so no DID is ever registered without its file. Before copying anything
+the whole batch is checked (files readable, names valid, existing DIDs with the same adler32 are
+no-ops, with another adler32 refused), so a user mistake registers nothing. If the server fails in
+the middle of a batch, files already done stay registered, each complete, and a retry skips them.
+Creating the dataset also creates its rule (copies=1 on the upload RSE, optional lifetime).
+
+Metadata goes to the server's metadata plugins; keys the server cannot take (its JSON plugin needs
+a PostgreSQL/MySQL/Oracle database) are kept by gridml (:mod:`gridml.data.rucio_meta`).
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gridml.data.base import DID, FileInfo, adler32_file, parse_did
+from gridml.data.common import check_names, empty_error, is_verified, resolve_pattern
+from gridml.data.rucio_errors import call, log
+from gridml.data.rucio_meta import SideMetadata
+from gridml.errors import ChecksumError, DataError, NotFoundError
+
+T = TypeVar("T")
+Progress = Callable[[int, int, int, int], None]  # files done, files total, bytes done, bytes total
+
+
+class _RucioLog:
+    """rucio-clients wants a logger that is callable *and* has .log (41.5.1 calls both)."""
+
+    def __call__(self, level: int, msg: str, *args: Any, **kw: Any) -> None:
+        log.log(level if level > logging.INFO else logging.DEBUG, msg, *args, **kw)
+
+    log = __call__
+
+
+class RucioStore:
+    """A :class:`gridml.data.base.DataManager` on a Rucio server (see the module docstring)."""
+
+    name = "rucio"
+
+    def __init__(self, *, rse: str | None = None, lifetime: int | None = None) -> None:
+        _refuse_server_config()
+        from rucio.client import Client
+
+        self.default_rse = rse or os.environ.get("GRIDML_RUCIO_RSE") or None
+        self.lifetime = lifetime
+        self.client = call(Client, action="connect to", did=None, where="Rucio",
+                           account=os.environ.get("RUCIO_ACCOUNT"))
+        self._server_json_meta: bool | None = None  # learnt on first set_metadata
+
+    @property
+    def where(self) -> str:
+        return f"Rucio at {self.client.host} (account {self.client.account})"
+
+    def _call(self, fn: Callable[[], T], action: str, did: DID | str | None = None) -> T:
+        return call(fn, action=action, did=did, where=self.where, account=self.client.account)
+
+    # -- reading ---------------------------------------------------------------------------
+    def exists(self, did: str) -> bool:
+        d = parse_did(did)
+        try:
+            self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+        except NotFoundError:
+            return False
+        return True
+
+    def did_type(self, did: str) -> str:
+        d = parse_did(did)
+        return str(self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+                   ["type"]).lower()
+
+    def list_files(self, did: str) -> list[FileInfo]:
+        d = parse_did(did)
+        rows = self._call(lambda: list(self.client.list_files(d.scope, d.name)), "list files of", d)
+        reps = self._replicas(d) if rows else {}
+        return [FileInfo(DID(r["scope"], r["name"]), int(r["bytes"]), _hex8(r["adler32"]),
+                         replicas=reps.get((r["scope"], r["name"]), [])) for r in rows]
+
+    def resolve(self, did: str) -> list[FileInfo]:
+        """Files with sizes, adler32 and the RSEs holding an available replica; refuses an unknown
+        or empty DID and files without an available replica (naming them and what was found)."""
+        d = parse_did(did)
+        files = self.list_files(did)
+        if not files:
+            raise empty_error(d, self.did_type(did))
+        missing = [str(f.did) for f in files if not f.replicas]
+        if missing:
+            raise DataError(f"{d}: {len(missing)} of {len(files)} file(s) have no available "
+                            f"replica on {self.where}: {', '.join(missing[:5])}",
+                            hint="wait for the rules to be satisfied (`rucio list-rules`), or "
+                                 "re-upload the files")
+        return files
+
+    def _replicas(self, d: DID) -> dict[tuple[str, str], list[str]]:
+        """(scope, name) -> RSEs with an AVAILABLE replica, for every file under ``d``."""
+        reps = self._call(lambda: list(self.client.list_replicas(
+            [{"scope": d.scope, "name": d.name}], schemes=None)), "list replicas of", d)
+        return {(r["scope"], r["name"]): sorted(rse for rse, st in r.get("states", {}).items()
+                                                 if st == "AVAILABLE") for r in reps}
+
+    def list_dids(self, scope: str, pattern: str = "*") -> list[tuple[DID, str]]:
+        scope, pattern = resolve_pattern(scope, pattern)
+        rows = self._call(lambda: list(self.client.list_dids(
+            scope, {"name": pattern}, did_type="all", long=True)), "list DIDs in", scope)
+        found = [(DID(r["scope"], r["name"]), str(r["did_type"]).lower()) for r in rows]
+        return sorted(found, key=lambda pair: str(pair[0]))
+
+    def get_metadata(self, did: str) -> dict[str, Any]:
+        """User metadata: the server's JSON plugin (when it has one) merged with gridml's record."""
+        d = parse_did(did)
+        self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+        meta: dict[str, Any] = {}
+        if self._server_json_meta is not False:
+            try:
+                meta = dict(self._call(lambda: self.client.get_metadata(
+                    d.scope, d.name, plugin="JSON"), "read metadata of", d))
+            except DataError:
+                self._server_json_meta = False
+        return {**meta, **self._side().get(d)}
+
+    # -- stage-in / download -----------------------------------------------------------------
+    def stage_in(self, did: str, dest: Path, *, progress: Progress | None = None) -> list[FileInfo]:
+        """Download ``did``'s files into ``dest`` (flat), verifying adler32; files already there
+        and verified are reused. ``progress`` is called after each file."""
+        files = self.resolve(did)
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        total, done_bytes = sum(f.bytes for f in files), 0
+        for i, f in enumerate(files, 1):
+            f.path = dest / f.did.name
+            if not is_verified(f.path, f.adler32, f.bytes):
+                self._download_one(f, dest)
+            done_bytes += f.bytes
+            _report(progress, i, len(files), done_bytes, total, f)
+        return files
+
+    def download(self, did: str, dest: Path) -> list[Path]:
+        return [f.path for f in self.stage_in(did, dest) if f.path is not None]
+
+    def _download_one(self, f: FileInfo, dest: Path) -> None:
+        from rucio.client.downloadclient import DownloadClient
+
+        item = {"did": str(f.did), "base_dir": str(dest), "no_subdir": True}
+        dl = DownloadClient(client=self.client, logger=_RucioLog(), tracing=False)
+        self._call(lambda: dl.download_dids([item], num_threads=1), "download", f.did)
+        got = adler32_file(dest / f.did.name)
+        if got != f.adler32:
+            raise ChecksumError(f"{f.did}: downloaded copy has adler32 {got}, Rucio says {f.adler32}",
+                                hint="retry; if it persists the replica is corrupt: tell the RSE")
+
+    # -- writing -----------------------------------------------------------------------------
+    def add_dataset(self, did: str, *, metadata: dict[str, Any] | None = None,
+                    rse: str | None = None) -> None:
+        """Create dataset ``did`` (no-op if it is one already); with ``rse``, a rule there."""
+        d = parse_did(did)
+        if self._type_or_none(d) not in (None, "dataset"):
+            raise DataError(f"{d} already exists as a {self.did_type(did)}, not a dataset",
+                            hint="choose another name for the dataset")
+        if self._type_or_none(d) is None:
+            rules = [{"account": self.client.account, "copies": 1, "rse_expression": rse,
+                      "grouping": "DATASET", "lifetime": self.lifetime}] if rse else None
+            self._call(lambda: self.client.add_dataset(d.scope, d.name, rules=rules),
+                       "create dataset", d)
+        if metadata:
+            self.set_metadata(did, metadata)
+
+    def add_container(self, did: str, children: list[str]) -> None:
+        c, kids = parse_did(did), [parse_did(k) for k in children]
+        if self._type_or_none(c) is None:
+            self._call(lambda: self.client.add_container(c.scope, c.name), "create container", c)
+        if kids:
+            self._call(lambda: self.client.attach_dids(
+                c.scope, c.name, [{"scope": k.scope, "name": k.name} for k in kids]), "attach to", c)
+
+    def add_rule(self, did: str, rse_expression: str, *, lifetime: int | None = None,
+                 copies: int = 1) -> str:
+        """A replication rule for ``did`` (e.g. the study's output dataset); returns its id.
+        An identical rule that exists already is reused."""
+        d = parse_did(did)
+        for rule in self._call(lambda: list(self.client.list_did_rules(d.scope, d.name)),
+                               "list rules of", d):
+            if rule["rse_expression"] == rse_expression and rule["account"] == self.client.account:
+                return str(rule["id"])
+        ids = self._call(lambda: self.client.add_replication_rule(
+            [{"scope": d.scope, "name": d.name}], copies, rse_expression, lifetime=lifetime),
+            "add a rule for", d)
+        return str(ids[0])
+
+    def set_metadata(self, did: str, metadata: dict[str, Any]) -> None:
+        """Set keys on the server where its plugins take them, else in gridml's record."""
+        d = parse_did(did)
+        self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+        if self._server_json_meta is not False:
+            try:
+                self._call(lambda: self.client.set_metadata_bulk(d.scope, d.name, metadata),
+                           "set metadata on", d)
+                self._server_json_meta = True
+                return
+            except DataError as err:
+                if "No plugin manages" not in str(err):
+                    raise
+                self._server_json_meta = False
+                log.info("%s takes no custom metadata keys; gridml keeps them", self.where)
+        self._side().merge(d, metadata)
+
+    def upload(self, files: list[Path], dataset: str, *, metadata: dict[str, Any] | None = None,
+               names: list[str] | None = None, rse: str | None = None) -> list[FileInfo]:
+        """Upload ``files`` into ``dataset`` as ``scope:names[i]`` (see the module docstring)."""
+        from gridml.data.rucio_upload import upload_batch
+
+        return upload_batch(self, [Path(f) for f in files], parse_did(dataset),
+                            names=names, rse=self._rse(rse), metadata=metadata or {})
+
+    # -- internals ---------------------------------------------------------------------------
+    def _rse(self, rse: str | None) -> str:
+        chosen = rse or self.default_rse
+        if not chosen:
+            raise DataError("no RSE chosen to upload to",
+                            hint="pass --rse RSE or set $GRIDML_RUCIO_RSE (`rucio list-rses`)")
+        return chosen
+
+    def _type_or_none(self, d: DID) -> str | None:
+        try:
+            info = self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+        except NotFoundError:
+            return None
+        return str(info["type"]).lower()
+
+    def _side(self) -> SideMetadata:
+        from gridml.settings import settings
+
+        return SideMetadata(settings().home / "rucio-metadata.sqlite", str(self.client.host))
+
+
+def _hex8(value: Any) -> str:
+    return str(value or "").lower().zfill(8)
+
+
+def _report(progress: Progress | None, i: int, n: int, done: int, total: int, f: FileInfo) -> None:
+    log.info("stage-in %d/%d %s (%d/%d bytes)", i, n, f.did, done, total)
+    if progress is not None:
+        progress(i, n, done, total)
+
+
+def _refuse_server_config() -> None:
+    """A config with [database] turns rucio's client code into server code: refuse it early."""
+    path = os.environ.get("RUCIO_CONFIG")
+    if not path:
+        return
+    cfg = configparser.ConfigParser(interpolation=None)
+    if not cfg.read(path):
+        raise DataError(f"RUCIO_CONFIG={path} cannot be read",
+                        hint="point RUCIO_CONFIG at your client rucio.cfg")
+    if cfg.has_section("database"):
+        raise DataError(f"{path} has a [database] section: that is a server configuration",
+                        hint="give the client a rucio.cfg with only [common]/[client] sections")

@@ -1,0 +1,100 @@
+"""Uploading a batch of files into a Rucio dataset (the rules are in gridml.data.rucio's docstring).
+
+1. check the whole batch first: names, readable files, DIDs that exist (same adler32: no-op;
+   other adler32: refused) -- nothing is written on a user mistake;
+2. create the dataset (with its rule on the upload RSE) if missing;
+3. per new file: rucio's UploadClient with ``register_after_upload`` (copy, verify, then register
+   and attach), retried with backoff on transient failures;
+4. attach the no-op files that are not in the dataset yet; set metadata.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gridml.data.base import DID, FileInfo, adler32_file
+from gridml.data.common import check_names
+from gridml.errors import DataError, NotFoundError
+
+if TYPE_CHECKING:
+    from gridml.data.rucio import RucioStore
+
+_Local = tuple[Path, int, str]  # path, bytes, adler32
+
+
+def upload_batch(store: RucioStore, files: list[Path], ds: DID, *, names: list[str] | None,
+                 rse: str, metadata: dict[str, Any]) -> list[FileInfo]:
+    dids = [DID(ds.scope, n) for n in check_names(files, names, ds)]
+    local = [_local_facts(f) for f in files]
+    new = [(d, f) for d, f in zip(dids, local) if not _exists_same(store, d, f)]
+    store.add_dataset(str(ds), rse=rse)
+    for did, facts in new:
+        _upload_one(store, did, facts, ds, rse)
+    _attach_missing(store, ds, dids)
+    if metadata:
+        for did in dids:
+            store.set_metadata(str(did), metadata)
+    return [FileInfo(d, size, adler, path=p, replicas=[rse]) for d, (p, size, adler) in
+            zip(dids, local)]
+
+
+def _local_facts(path: Path) -> _Local:
+    if not path.is_file():
+        raise DataError(f"cannot upload {path}: not a file", hint="give paths of existing regular files")
+    return path, path.stat().st_size, adler32_file(path)
+
+
+def _exists_same(store: RucioStore, did: DID, facts: _Local) -> bool:
+    """True if ``did`` exists with these bytes (no-op); DataError if it exists otherwise."""
+    try:
+        meta = store._call(lambda: store.client.get_metadata(did.scope, did.name), "look up", did)
+    except NotFoundError:
+        return False
+    _, size, adler = facts
+    if str(meta.get("did_type", "FILE")).upper() != "FILE":
+        raise DataError(f"{did} already exists as a {str(meta['did_type']).lower()}",
+                        hint="choose another file name or another dataset")
+    theirs = (int(meta.get("bytes") or -1), str(meta.get("adler32") or "").lower().zfill(8))
+    if theirs != (size, adler):
+        raise DataError(f"{did} already exists on {store.where} with different content "
+                        f"(adler32 {theirs[1]}, {theirs[0]} bytes; new file: {adler}, {size} bytes)",
+                        hint="a DID is immutable: upload the new version under a new name")
+    return True
+
+
+def _upload_one(store: RucioStore, did: DID, facts: _Local, ds: DID, rse: str) -> None:
+    from rucio.client.uploadclient import UploadClient
+
+    from gridml.data.rucio import _RucioLog
+
+    path, size, adler = facts
+    item = {"path": str(path), "rse": rse, "did_scope": did.scope, "did_name": did.name,
+            "dataset_scope": ds.scope, "dataset_name": ds.name, "register_after_upload": True}
+
+    def attempt() -> None:
+        try:
+            UploadClient(store.client, logger=_RucioLog(), tracing=False).upload([item])
+        except Exception as exc:
+            # NoFilesUploaded also covers "copied and registered, but attaching failed" (e.g. the
+            # server went away for a moment): the registration, not the exception, decides.
+            if type(exc).__name__ not in ("NoFilesUploaded", "NotAllFilesUploaded") \
+                    or not _registered(store, did, size, adler):
+                raise
+
+    store._call(attempt, "upload", did)
+
+
+def _registered(store: RucioStore, did: DID, size: int, adler: str) -> bool:
+    try:
+        return _exists_same(store, did, (Path(), size, adler))
+    except NotFoundError:
+        return False
+
+
+def _attach_missing(store: RucioStore, ds: DID, dids: list[DID]) -> None:
+    have = {(r["scope"], r["name"]) for r in store._call(
+        lambda: list(store.client.list_content(ds.scope, ds.name)), "list", ds)}
+    todo = [{"scope": d.scope, "name": d.name} for d in dids if (d.scope, d.name) not in have]
+    if todo:
+        store._call(lambda: store.client.attach_dids(ds.scope, ds.name, todo), "attach to", ds)

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# A real Rucio server on loopback, for gridml's tests and benchmarks (and to try the rucio backend).
+#
+#   scripts/rucio-server.sh install            # the server's own venv (once; ~1 min)
+#   scripts/rucio-server.sh start STATE [PORT] # idempotent: configure, bootstrap, run; prints env
+#   scripts/rucio-server.sh stop STATE         # stops gunicorn (STATE is kept: restart reuses it)
+#   scripts/rucio-server.sh daemons STATE      # judge-evaluator + abacus, --run-once
+#   scripts/rucio-server.sh env STATE          # the RUCIO_CONFIG/RUCIO_ACCOUNT lines for a client
+#
+# The server (PyPI `rucio`, same 41.x as the rucio-clients gridml uses) lives in its own venv under
+# $GRIDML_RUCIO_ROOT (default ~/.cache/gridml), named by a hash of this recipe, never in the clone.
+# It runs rucio.web.rest.flaskapi.v1.main:application under gunicorn, one single-threaded worker
+# (SQLite takes one writer at a time), on 127.0.0.1:PORT (a free port when none is given).
+# scripts/rucio/harness.py writes the configs and provisions: see its docstring.
+set -euo pipefail
+RUCIO_VERSION=41.5.1
+GUNICORN_VERSION=23.0.0
+RECIPE=1   # bump when the install steps change
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PY="${GRIDML_PYTHON:-$(command -v python3.11 || command -v python3)}"
+key="$(printf 'r%s g%s %s %s' "$RUCIO_VERSION" "$GUNICORN_VERSION" "$RECIPE" \
+       "$("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)"
+venv="${GRIDML_RUCIO_ROOT:-$HOME/.cache/gridml}/rucio-server-$key"
+log() { printf '[rucio-server] %s\n' "$*" >&2; }
+
+install() {
+  [ -f "$venv/.complete" ] && return 0
+  local tmp="$venv.building.$$"
+  log "installing rucio==$RUCIO_VERSION server into $venv (first time: ~1 min)"
+  rm -rf "$tmp"; mkdir -p "$(dirname "$venv")"
+  "$PY" -m venv "$tmp"
+  "$tmp/bin/python" -m pip install -q --disable-pip-version-check \
+      "rucio==$RUCIO_VERSION" "gunicorn==$GUNICORN_VERSION" >&2
+  grep -rlI --null "$tmp" "$tmp/bin" | xargs -0 -r sed -i "s#$tmp#$venv#g"
+  sed -i "s#$tmp#$venv#g" "$tmp/pyvenv.cfg"
+  touch "$tmp/.complete"
+  rm -rf "$venv"; mv "$tmp" "$venv"
+}
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port_of() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' "$1/server.json"; }
+pid_alive() { [ -f "$1/gunicorn.pid" ] && kill -0 "$(cat "$1/gunicorn.pid")" 2>/dev/null; }
+ping_ok() { curl -sf -m 2 "http://127.0.0.1:$1/ping" >/dev/null 2>&1; }
+
+wait_ping() {  # wait_ping STATE PORT: up to 60 s for /ping
+  for _ in $(seq 1 300); do
+    ping_ok "$2" && return 0
+    pid_alive "$1" || { log "gunicorn died; see $1/logs/gunicorn.log"; tail -20 "$1/logs/gunicorn.log" >&2; return 1; }
+    sleep 0.2
+  done
+  log "no answer on /ping after 60 s; see $1/logs/gunicorn.log"; return 1
+}
+
+start() {
+  local state; state="$(mkdir -p "$1" && cd "$1" && pwd)"
+  install
+  local port="${2:-}"
+  [ -z "$port" ] && [ -f "$state/server.json" ] && port="$(port_of "$state")"
+  [ -z "$port" ] && port="$(free_port)"
+  if pid_alive "$state" && ping_ok "$port"; then env_lines "$state"; return 0; fi
+  "$venv/bin/python" "$here/rucio/harness.py" configure "$state" "$port"
+  RUCIO_CONFIG="$state/server/rucio.cfg" "$venv/bin/python" "$here/rucio/harness.py" bootstrap "$state"
+  RUCIO_CONFIG="$state/server/rucio.cfg" setsid "$venv/bin/gunicorn" \
+      --bind "127.0.0.1:$port" --workers 1 --threads 1 --timeout 120 \
+      --log-file "$state/logs/gunicorn.log" \
+      rucio.web.rest.flaskapi.v1.main:application >>"$state/logs/gunicorn.log" 2>&1 </dev/null &
+  echo $! >"$state/gunicorn.pid"
+  wait_ping "$state" "$port"
+  log "Rucio $RUCIO_VERSION answering on http://127.0.0.1:$port (state $state)"
+  env_lines "$state"
+}
+
+stop() {
+  local state="$1" pid
+  pid_alive "$state" || { rm -f "$state/gunicorn.pid"; return 0; }
+  pid="$(cat "$state/gunicorn.pid")"
+  kill -TERM "$pid"
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+  rm -f "$state/gunicorn.pid"
+}
+
+daemons() {  # bring rule/replica state and account usage up to date, then return
+  local state; state="$(cd "$1" && pwd)"
+  for d in rucio-judge-evaluator rucio-abacus-account rucio-abacus-rse rucio-abacus-collection-replica; do
+    RUCIO_CONFIG="$state/server/rucio.cfg" "$venv/bin/$d" --run-once >>"$state/logs/daemons.log" 2>&1
+  done
+}
+
+env_lines() {
+  echo "RUCIO_CONFIG=$1/client/rucio.cfg"
+  echo "RUCIO_ACCOUNT=jdoe"
+  echo "RUCIO_URL=http://127.0.0.1:$(port_of "$1")"
+}
+
+case "${1:-}" in
+  install) install; echo "$venv" ;;
+  start) start "${2:?STATE folder}" "${3:-}" ;;
+  stop) stop "${2:?STATE folder}" ;;
+  daemons) daemons "${2:?STATE folder}" ;;
+  env) env_lines "$(cd "${2:?STATE folder}" && pwd)" ;;
+  venv) echo "$venv" ;;
+  *) sed -n '2,13p' "$0"; exit 2 ;;
+esac
