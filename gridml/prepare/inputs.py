@@ -107,18 +107,23 @@ def describe_all(files: list[tuple[Path, str]], fmt: str, tree: str,
     return [memo.describe(path, source, readers.kind_of(path, fmt), tree) for path, source in files]
 
 
-def check_schema(inputs: list[InputFile], branches: list[str] | None) -> list[str]:
-    """The columns to read; SpecError when files disagree on them or lack a requested one."""
+def check_schema(inputs: list[InputFile], branches: list[str] | None,
+                 required: list[str]) -> list[str]:
+    """The columns read (``branches``, or all of the first file's) plus ``required`` must exist
+    with the same type in every file; else SpecError naming the files."""
+    if not inputs:
+        raise DataError("no input files", hint="check inputs.files / inputs.dids in the spec")
     first = inputs[0]
-    wanted = branches if branches is not None else sorted(first.schema)
-    problems = []
-    for f in inputs:
+    wanted = list(dict.fromkeys((branches or sorted(first.schema)) + required))
+    problems = [f"{first.source}: column {col!r} not found (it has {sorted(first.schema)}); "
+                "fix inputs.branches / split.key" for col in wanted if col not in first.schema]
+    for f in inputs[1:]:
         for col in wanted:
-            if col not in f.schema:
+            if col in first.schema and col not in f.schema:
                 problems.append(f"{f.source}: schema mismatch: column {col!r} missing "
                                 f"(present in {first.source}); fix the file or drop it from "
                                 "inputs.branches")
-            elif f.schema[col] != first.schema.get(col, f.schema[col]):
+            elif col in first.schema and f.schema[col] != first.schema[col]:
                 problems.append(f"{f.source}: schema mismatch: column {col!r} is "
                                 f"{f.schema[col]} but {first.schema[col]} in {first.source}; "
                                 "make the files agree")
@@ -127,7 +132,7 @@ def check_schema(inputs: list[InputFile], branches: list[str] | None) -> list[st
                             "prepare one format at a time")
     if problems:
         raise SpecError(problems)
-    return list(wanted)
+    return wanted
 
 
 def plan_chunks(inputs: list[InputFile], chunk_size: int) -> list[Chunk]:

@@ -70,7 +70,8 @@ def _old_shards(previous: dict[str, Any] | None, out_dir: Path) -> dict[str, dic
 
 def write_all(spec: PrepSpec, pool: Pool, files: list[inp.InputFile],
               by_file: list[list[dict[str, Any]]], keys: list[str], ident: list[str], cache: Path,
-              previous: dict[str, Any] | None, staging: Path, show: bool) -> tuple[dict, int]:
+              previous: dict[str, Any] | None, staging: Path, show: bool,
+              reuse: bool = True) -> tuple[dict, int]:
     """Plan, write (changed shards only) and commit -> (manifest, shards written)."""
     summaries = [s for group in by_file for s in group]
     check_consistent(summaries)
@@ -83,7 +84,7 @@ def write_all(spec: PrepSpec, pool: Pool, files: list[inp.InputFile],
     for p in plans:
         p.attrs = _attrs(spec, p, ident)
     shards.identify(plans, {**settings, "norm": norm if m.output.normalize == "apply" else None})
-    old = _old_shards(previous, spec.out_dir)
+    old = _old_shards(previous, spec.out_dir) if reuse else {}
     todo = [p for p in plans if old.get(p.name, {}).get("identity") != p.identity]
     staging.mkdir(parents=True, exist_ok=True)
     written = _write(pool, spec, todo, summaries[0], norm, cache, staging, show)

@@ -16,6 +16,11 @@ ROOT_SUFFIXES = (".root",)
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf")
 
 
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line (foreign messages often span several)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 def kind_of(path: Path, fmt: str) -> str:
     """'root' or 'hdf5' from the spec's format, or from the file suffix when it says auto."""
     if fmt != "auto":
@@ -36,7 +41,7 @@ def describe(path: Path, kind: str, tree: str) -> tuple[int, dict[str, str]]:
     except DataError:
         raise
     except Exception as exc:  # uproot/h5py raise many kinds; all mean "this file is bad"
-        raise DataError(f"{path}: cannot read as {kind.upper()} ({type(exc).__name__}: {exc})",
+        raise DataError(f"{path}: cannot read as {kind.upper()} ({one_line(exc)})",
                         hint="the file is corrupt or truncated: re-create or re-download it") from None
 
 

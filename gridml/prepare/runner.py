@@ -67,17 +67,24 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def _describe(spec: PrepSpec, cache: Path, backend: str, rehash: bool) -> tuple[list, list]:
+def _read_branches(spec: PrepSpec) -> list[str] | None:
+    """The columns to read: inputs.branches plus the split key (None: all)."""
+    m = spec.model
+    if m.inputs.branches is None:
+        return None
+    return m.inputs.branches + [k for k in m.split.key if k not in m.inputs.branches]
+
+
+def _describe(spec: PrepSpec, cache: Path, backend: str, rehash: bool) -> list[inp.InputFile]:
+    """Every input (DIDs staged in), described and schema-checked."""
     m = spec.model.inputs
     memo = inp.FileMemo(cache / "files.json", rehash=rehash)
     files = [(p, str(p)) for p in spec.files]
     files += inp.stage_dids(m.dids, backend, cache / "staged")
     described = inp.describe_all(files, m.format, m.tree, memo)
     memo.save()
-    wanted = None if m.branches is None else m.branches + [
-        k for k in spec.model.split.key if k not in m.branches]
-    columns = inp.check_schema(described, wanted)
-    return described, (None if wanted is None else columns)
+    inp.check_schema(described, m.branches, spec.model.split.key)
+    return described
 
 
 def _tasks(spec: PrepSpec, files: list[inp.InputFile], chunks: list[inp.Chunk], keys: list[str],
@@ -119,7 +126,7 @@ def run_prepare(spec_path: str | Path, *, jobs: int = 0, dataset: str | None = N
     backend = backend or spec.model.backend or settings().data_backend
     dataset = dataset or spec.model.output.dataset
     cache = cache_root(cache_dir)
-    files, branches = _describe(spec, cache, backend, rehash)
+    files = _describe(spec, cache, backend, rehash)
     chunks = inp.plan_chunks(files, spec.model.inputs.chunk_size)
     if not chunks:
         raise DataError(f"{spec.path}: the inputs hold no events", hint="check inputs.files/dids")
@@ -146,7 +153,7 @@ def run_prepare(spec_path: str | Path, *, jobs: int = 0, dataset: str | None = N
 def _build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], chunks: list[inp.Chunk],
            keys: list[str], ident: list[str], cache: Path, previous: dict[str, Any] | None,
            force: bool, show: bool, result: PrepareResult) -> None:
-    tasks = _tasks(spec, files, chunks, keys, _read_branches(spec, files), cache)
+    tasks = _tasks(spec, files, chunks, keys, _read_branches(spec), cache)
     summaries = {} if force else {k: s for k in keys if (s := worker.read_summary(cache, k))}
     todo = [t for t in tasks if t.key not in summaries]
     if todo or len(keys) > 1:
@@ -161,13 +168,7 @@ def _build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], chunks: list[
     staging = spec.out_dir / ".partial"
     try:
         result.manifest, result.shards_written = output.write_all(
-            spec, pool, files, by_file, keys, ident, cache, previous, staging, show)
+            spec, pool, files, by_file, keys, ident, cache, previous, staging, show,
+            reuse=not force)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _read_branches(spec: PrepSpec, files: list[inp.InputFile]) -> list[str] | None:
-    m = spec.model
-    if m.inputs.branches is None:
-        return None
-    return m.inputs.branches + [k for k in m.split.key if k not in m.inputs.branches]

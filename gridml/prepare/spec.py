@@ -109,7 +109,8 @@ class Output(_Strict):
     dir: str = Field(description="where shards, norm.json and manifest.json go (relative to the spec)")
     dataset: str | None = Field(None, description="register as <dataset>.<split> (scope:name)")
     shard_size: int | str = Field("64MB", description="target size of one shard, uncompressed")
-    compression: Literal["gzip", "lzf", "none"] = "gzip"
+    compression: Literal["lzf", "gzip", "none"] = Field(
+        "lzf", description="lzf: fast to write and read (h5py); gzip: readable by any HDF5 tool")
     level: int = Field(4, ge=0, le=9, description="gzip level")
     normalize: Literal["store", "apply"] = Field(
         "store", description="store: write train mean/std only; apply: also standardise x")

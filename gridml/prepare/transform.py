@@ -60,7 +60,7 @@ def call_user(fn: Callable[..., Any], events: Any, params: dict[str, Any], modul
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == module]
         where = f"{Path(module).name}:{frames[-1].lineno} in {frames[-1].name}: " if frames else ""
         raise ChunkProblem(f"the preprocessing function raised {where}"
-                           f"{type(exc).__name__}: {exc}") from None
+                           f"{type(exc).__name__}: {' '.join(str(exc).split())}") from None
 
 
 def _is_jagged(arr: Any) -> bool:
@@ -158,8 +158,18 @@ def to_rows(out: Any, n_in: int, pad: dict[str, Any], ragged: list[str]) -> Rows
             names += cols
             blocks.append(block)
     x = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0), np.float32)
+    _finite(x, names)
     rag = {name: _ragged(name, xs[name], n) for name in ragged}
     return Rows(names, x, y, w, rag, _selected(out, n_in, n))
+
+
+def _finite(x: np.ndarray, names: list[str]) -> None:
+    """NaN or inf in x would poison training: stop here, naming the columns."""
+    bad = ~np.isfinite(x).all(axis=0)
+    if bad.any():
+        cols = [f"{names[i]} ({int((~np.isfinite(x[:, i])).sum())} rows)" for i in np.flatnonzero(bad)]
+        raise ChunkProblem(f"x has NaN or inf values in {', '.join(cols[:5])}; guard the "
+                           "computation (e.g. a division by zero) or select those events out")
 
 
 def _mix(z: np.ndarray) -> np.ndarray:

@@ -59,9 +59,8 @@ def read_summary(cache: Path, key: str) -> dict[str, Any] | None:
 
 
 def _stats(x: np.ndarray) -> dict[str, Any]:
-    x64 = x.astype(np.float64)
-    return {"count": int(len(x)), "sum": x64.sum(axis=0).tolist(),
-            "sumsq": np.square(x64).sum(axis=0).tolist()}
+    return {"count": int(len(x)), "sum": x.sum(axis=0, dtype=np.float64).tolist(),
+            "sumsq": np.einsum("ij,ij->j", x, x, dtype=np.float64).tolist()}
 
 
 def _split_arrays(task: ChunkTask, rows: transform.Rows, events: Any) -> tuple[dict, dict]:
@@ -102,7 +101,7 @@ def process(task: ChunkTask) -> dict[str, Any]:
             events = readers.read(Path(task.path), task.kind, task.tree, task.branches,
                                   task.start, task.stop)
         except Exception as exc:  # a corrupt basket, a truncated file ...
-            raise ChunkProblem(f"cannot read events ({type(exc).__name__}: {exc}); the file is "
+            raise ChunkProblem(f"cannot read events ({readers.one_line(exc)}); the file is "
                                "corrupt or truncated: re-create or re-download it") from None
         fn = transform.load_function(task.module, task.function)
         out = transform.call_user(fn, events, task.params, task.module)
@@ -111,7 +110,7 @@ def process(task: ChunkTask) -> dict[str, Any]:
     except ChunkProblem as exc:
         return {**where, "error": str(exc)}
     except Exception as exc:  # a bug in the user's output we did not foresee: still name the chunk
-        return {**where, "error": f"{type(exc).__name__}: {exc}"}
+        return {**where, "error": readers.one_line(exc)}
     summary = {**where, "key": task.key, "events": len(events), "columns": rows.columns,
                "ragged": sorted(rows.ragged), "weights": rows.w is not None, "splits": splits,
                "ragged_values": {r: int(len(v)) for r, (v, _) in rows.ragged.items()}}
