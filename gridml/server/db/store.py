@@ -25,6 +25,7 @@ from gridml.store import FINISHED_STATES, TRIAL_STATES, EpochReport, Study, Tria
 STUDY_STATES = ("running", "finished", "stopped")
 UPDATABLE = {"state", "objective", "error", "external_id", "attempts", "started", "finished",
              "outputs", "hparams", "epochs_done", "last_heartbeat"}
+MAX_ID = 2**31 - 1  # ids are 32-bit INTEGER columns (PostgreSQL)
 _STUDIES_HINT = "run `gridml status` to list the studies this store knows"
 
 
@@ -83,7 +84,7 @@ class SqlStore:
             row = s.scalar(select(StudyRow).where(StudyRow.name == ref))
         if row is None and (isinstance(ref, int) or str(ref).isdigit()):
             ident = int(ref)
-            row = s.get(StudyRow, ident) if 0 < ident < 2**62 else None
+            row = s.get(StudyRow, ident) if 0 < ident <= MAX_ID else None
         if row is None:
             raise NotFoundError(f"study '{ref}' not found", hint=_STUDIES_HINT)
         return row
@@ -156,7 +157,7 @@ class SqlStore:
             return convert.to_trial(row, self._outputs(s, [row.id]).get(row.id, []))
 
     def _trial_row(self, s: Session, trial_id: int) -> TrialRow:
-        row = s.get(TrialRow, trial_id) if 0 < trial_id < 2**62 else None
+        row = s.get(TrialRow, trial_id) if 0 < trial_id <= MAX_ID else None
         if row is None:
             raise NotFoundError(f"trial {trial_id} not found",
                                 hint="`gridml status STUDY` lists the trials of a study")

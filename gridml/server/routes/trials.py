@@ -15,7 +15,8 @@ from gridml.server.schemas import (EpochAck, EpochIn, EpochOut, FinishIn, Heartb
 from gridml.store import FINISHED_STATES, Trial
 
 router = APIRouter(prefix="/api/v1/trials", tags=["trials"])
-TrialId = Annotated[int, Path(ge=1, le=2**53, description="trial id (unique over all studies)")]
+TrialId = Annotated[int, Path(ge=1, le=2**31 - 1,
+                                description="trial id (unique over all studies)")]
 
 
 def _writable(store: Store, trial: int, who: Principal) -> None:
