@@ -8,6 +8,7 @@ then :class:`EpochReporter` (rank 0 spools and posts, then every rank learns whe
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, Callable
 
@@ -50,6 +51,12 @@ class EpochProfiler(keras.callbacks.Callback):
         self.last = profile.combine(self.gather(mine), self.samples())
 
 
+def _number(v: Any) -> float | None:
+    """A metric as a JSON number; NaN/inf (a diverged loss) become null, as the API expects."""
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
 class EpochReporter(keras.callbacks.Callback):
     """Rank 0: build the report, spool + post it, checkpoint; all ranks: stop when told."""
 
@@ -72,14 +79,15 @@ class EpochReporter(keras.callbacks.Callback):
     def _report(self, epoch: int, logs: dict[str, Any]) -> None:
         prof = dict(self.profiler.last)
         prof["extra"] = {**prof.get("extra", {}), **self.extra()}
-        report = {"epoch": epoch, "metrics": {k: float(v) for k, v in logs.items()}, **prof}
+        report = {"epoch": epoch, "metrics": {k: _number(v) for k, v in logs.items()}, **prof}
         self.reports.append(report)
         if self.reporter is not None:
             self.reporter.report(report)
         if self.ckpt is not None:
             self.ckpt.save(self.model, epoch)
         log.info("epoch %d: %s | %.2fs, %.0f samples/s, input wait %.1f%%", epoch,
-                 " ".join(f"{k}={v:.4g}" for k, v in report["metrics"].items()),
+                 " ".join(f"{k}={v}" if v is None else f"{k}={v:.4g}"
+                          for k, v in report["metrics"].items()),
                  prof.get("epoch_time", 0), prof.get("samples_per_s") or 0,
                  100 * (prof.get("input_wait_frac") or 0))
 

@@ -58,6 +58,7 @@ def plot_curves(reports: list[dict[str, Any]], path: Path, title: str) -> Path |
         for key, style in ((name, "o-"), (f"val_{name}", "s--")):
             ys = [r["metrics"].get(key) for r in reports]
             if any(y is not None for y in ys):
+                ys = [float("nan") if y is None else y for y in ys]
                 ax.plot(epochs, ys, style, label=key)
         ax.set_xlabel("epoch")
         ax.set_title(name)

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -42,7 +42,7 @@ def write_trial(tmp: Path, train: list[Path], val: list[Path], **over: Any) -> P
         "early_stopping": False, "provenance": {"spec": {"name": "itest"}, "git": "test"},
     }
     for k, v in over.items():
-        trial[k] = {**trial[k], **v} if isinstance(v, dict) and k in trial else v
+        trial[k] = {**trial[k], **v} if isinstance(trial.get(k), dict) else v
     path = tmp / "trial.json"
     path.write_text(json.dumps(trial))
     return path
@@ -62,14 +62,39 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[P
     return make_sample_data(tmp_path_factory.mktemp("data"), n_train=6000, n_val=2000, n_files=2)
 
 
-def test_two_ranks_train_report_every_epoch_and_save_a_usable_model(tmp_path: Path,
-                                                                    sample) -> None:
-    trial = write_trial(tmp_path, *sample)
+@pytest.fixture
+def api(tmp_path: Path, gridml_home: Path) -> Iterator[tuple[Any, Any, str]]:
+    """The real metrics API (embedded, SQLite) with one study and one trial in it."""
+    from gridml.server.db import open_store
+    from gridml.server.embedded import EmbeddedServer
+
+    url = f"sqlite:///{tmp_path / 'metrics.db'}"
+    store = open_store(url)
+    study = store.create_study("itest", {"name": "itest"}, "hash")
+    trial = store.create_trial(study.id, {"units": 16})
+    server = EmbeddedServer(url)
+    server.start()
+    try:
+        yield store, trial, server.url
+    finally:
+        server.stop()
+        store.close()
+
+
+def test_two_ranks_train_report_every_epoch_and_save_a_usable_model(tmp_path: Path, sample,
+                                                                    api) -> None:
+    store, stored_trial, url = api
+    trial = write_trial(tmp_path, *sample, trial_id=stored_trial.id,
+                        api={"url": url, "token": stored_trial.token}, heartbeat_s=1)
     proc = run_payload(trial)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = tmp_path / "outputs"
     reports = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in reports] == [1, 2]
+    posted = store.list_epochs(stored_trial.id)
+    assert [e.epoch for e in posted] == [1, 2]
+    assert posted[1].metrics["val_loss"] == pytest.approx(reports[1]["metrics"]["val_loss"])
+    assert store.get_trial(stored_trial.id).last_heartbeat is not None
     for r in reports:
         assert {"loss", "val_loss", "accuracy", "val_auc"} <= set(r["metrics"])
         assert r["epoch_time"] > 0 and r["samples_per_s"] > 0
