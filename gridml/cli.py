@@ -274,34 +274,35 @@ _register_subcommands()
 
 
 def main(argv: list[str] | None = None) -> int:
-    import click
-
+    """Entry point: returns the exit code; user errors print one line, never a traceback."""
     try:
-        app(args=argv, prog_name="gridml", standalone_mode=False)
+        result = app(args=argv, prog_name="gridml", standalone_mode=False)
     except GridmlError as exc:
         if _state["debug"]:
             raise
         _report(exc)
         return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
+    except (typer.Exit, SystemExit) as exc:
+        return int(getattr(exc, "exit_code", getattr(exc, "code", 0)) or 0)
+    except (typer.Abort, KeyboardInterrupt):
         err.print("aborted")
         return 130
-    return 0
+    except Exception as exc:  # typer's (vendored) click errors: usage, missing parameter ...
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
+            exc.show()
+            return int(exc.exit_code)
+        raise
+    return result if isinstance(result, int) else 0
 
 
 def _report(exc: GridmlError) -> None:
     lines = str(exc.message).splitlines() or ["error"]
     err.print("[red]error[/]: ", end="")
-    err.print(lines[0], highlight=False, markup=False)
+    err.print(lines[0], highlight=False, markup=False, soft_wrap=True)
     for line in lines[1:]:
-        err.print(f"  {line}", highlight=False, markup=False)
+        err.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
     if exc.hint:
-        err.print(f"  fix: {exc.hint}", highlight=False, markup=False)
+        err.print(f"  fix: {exc.hint}", highlight=False, markup=False, soft_wrap=True)
 
 
 if __name__ == "__main__":
