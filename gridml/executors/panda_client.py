@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import logging
 import os
 import re
 from types import ModuleType
@@ -46,7 +47,16 @@ def client() -> ModuleType:
     if _configured_for(Client) != _wanted():
         Client = importlib.reload(Client)
         Client._gridml_env = _wanted()  # type: ignore[attr-defined]
+    _route_client_logging()
     return Client
+
+
+def _route_client_logging() -> None:
+    """panda-client's logger writes to stdout unless it already has a handler: give it one that
+    does nothing, so its records go to gridml's log (controller.log) instead of the terminal."""
+    logger = logging.getLogger("panda-client")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
 
 
 def _wanted() -> tuple[str | None, ...]:

@@ -1,0 +1,161 @@
+"""The PanDA executor on the wire: the real panda-client against the local PanDA double.
+
+Submission, duplicate recognition after a controller crash, kill, retry, a refused task, a server
+that is down, missing credentials. Tasks are held in ``ready`` (a queue with no free slot) unless
+a test needs a job to run, so no training runs here (the e2e test runs whole trials).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from gridml import planner
+from gridml.errors import ExecutorError
+from gridml.executors.panda import PandaExecutor, render_for_request, task_id_of
+from tests.panda_double import PandaDouble
+from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
+
+pytestmark = [pytest.mark.service]
+
+
+@pytest.fixture
+def panda(tmp_path: Path, gridml_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PandaDouble]:
+    with PandaDouble(tmp_path / "panda") as double:
+        for key, value in double.client_env().items():
+            monkeypatch.setenv(key, value)
+        double.jedi.hold = True
+        yield double
+
+
+@pytest.fixture
+def spec(tmp_path: Path, gridml_home: Path) -> Path:
+    train, val = register_sample_data(tmp_path, n_train=400, n_val=100)
+    return panda_spec(tmp_path, "wire", train, val)
+
+
+def submitted(campaign: Any) -> list[Any]:
+    return [t for t in campaign.store.list_trials(campaign.study.id) if t.external_id]
+
+
+def request_for(campaign: Any, trial: Any) -> Any:
+    workdir = campaign.runs_dir / campaign.study.name / f"trial-{trial.number:04d}"
+    return planner.task_request(campaign.loaded, campaign.study, trial, workdir)
+
+
+def test_each_trial_becomes_one_task_with_the_rendered_parameters(panda: PandaDouble, spec: Path) -> None:
+    campaign = make_campaign(spec)
+    campaign.step()
+    trials = submitted(campaign)
+    assert len(trials) == 2 and len(panda.jedi.tasks) == 2
+    for trial in trials:
+        task = panda.jedi.get(task_id_of(trial.external_id))
+        expected = render_for_request(campaign.loaded, request_for(campaign, trial))
+        assert task.params["taskName"] == f"user.jtester.wire.trial-{trial.number:04d}/"
+        assert {k: v for k, v in task.params.items() if k not in ("userName", "taskType")} == expected
+        assert task.user == "Jane Tester"  # from the OIDC token panda-client sent
+    assert panda.api.calls.count("POST task/submit") == 2
+    panda.jedi.wait(task_id_of(trials[0].external_id), ("ready",))  # registered -> defined -> ready
+    status = campaign.executor.poll(trials[0].external_id)
+    assert status.state == "submitted" and "ready" in status.message
+
+
+def test_a_resubmission_after_a_controller_crash_finds_the_same_task(panda: PandaDouble, spec: Path) -> None:
+    campaign = make_campaign(spec)
+    campaign.step()
+    trial = submitted(campaign)[0]
+    inserts = panda.jedi.inserts
+    # a new controller process: the journal in the trial's folder names the task, nothing is sent
+    assert PandaExecutor().submit(request_for(campaign, trial)) == trial.external_id
+    assert panda.jedi.inserts == inserts
+    # journal lost as well: the server answers "duplicate" (code 2), and that task is followed
+    (campaign.runs_dir / "wire" / f"trial-{trial.number:04d}" / "panda.json").unlink()
+    assert PandaExecutor().submit(request_for(campaign, trial)) == trial.external_id
+    assert panda.jedi.inserts == inserts + 1 and len(panda.jedi.tasks) == 2
+    # the controller died between recording "submitted" and the executor's answer
+    campaign.store.update_trial(trial.id, external_id=None)
+    restarted = make_campaign(spec)
+    restarted.step()
+    assert restarted.store.get_trial(trial.id).external_id == trial.external_id
+    assert len(panda.jedi.tasks) == 2
+
+
+def test_kill_and_retry(panda: PandaDouble, spec: Path) -> None:
+    campaign = make_campaign(spec)
+    campaign.step()
+    first, second = submitted(campaign)
+    executor = campaign.executor
+    executor.kill(first.external_id)
+    assert panda.jedi.wait(task_id_of(first.external_id), ("aborted",)) == "aborted"
+    assert executor.poll(first.external_id).state == "killed"
+    executor.kill(first.external_id)  # already over: nothing to do, no error
+    with pytest.raises(ExecutorError, match="only finished or failed tasks can be retried"):
+        executor.retry(second.external_id)  # still queued
+    panda.jedi.fail_next, panda.jedi.hold = 1, False  # its worker node will be lost
+    second_id = task_id_of(second.external_id)
+    assert panda.jedi.wait(second_id, ("failed",)) == "failed"
+    status = executor.poll(second.external_id)
+    assert status.state == "failed" and f"PanDA task {second_id} is failed" in status.message
+    panda.jedi.hold = True
+    assert executor.retry(second.external_id) == second.external_id
+    assert panda.jedi.wait(second_id, ("ready",)) == "ready"
+    assert panda.jedi.get(second_id).history[-2:] == ["failed", "ready"]
+    assert executor.poll(second.external_id).state == "submitted"
+
+
+def test_a_later_attempt_of_a_failed_trial_is_a_retry_of_its_task(panda: PandaDouble, spec: Path) -> None:
+    campaign = make_campaign(spec)
+    campaign.step()
+    trial = submitted(campaign)[0]
+    task_id = task_id_of(trial.external_id)
+    panda.jedi.fail_next, panda.jedi.hold = 2, False
+    panda.jedi.wait(task_id, ("failed",))
+    panda.jedi.hold = True
+    again = campaign.store.update_trial(trial.id, attempts=trial.attempts + 1)
+    assert campaign.executor.submit(request_for(campaign, again)) == trial.external_id
+    assert panda.jedi.wait(task_id, ("ready",)) == "ready" and len(panda.jedi.tasks) == 2
+    journal = json.loads((campaign.runs_dir / "wire" / f"trial-{trial.number:04d}" / "panda.json").read_text())
+    assert journal["attempt"] == 2 and journal["jediTaskID"] == task_id
+
+
+def test_a_refused_task_is_a_clear_error(panda: PandaDouble, spec: Path) -> None:
+    panda.jedi.max_active_tasks = 1
+    campaign = make_campaign(spec)
+    with pytest.raises(ExecutorError, match=r"PanDA refused task user\.jtester\.wire\.trial-0001/ "
+                                            r"\(code 10\): Too many active tasks"):
+        campaign.step()
+
+
+def test_a_server_that_is_down_is_a_clear_error(panda: PandaDouble, spec: Path) -> None:
+    panda.down()
+    with pytest.raises(ExecutorError, match=r"PanDA server http://127\.0\.0\.1:\d+/server/panda is "
+                                            r"not reachable .*Connection refused"):
+        make_campaign(spec).step()
+    panda.up()
+    campaign = make_campaign(spec)  # `gridml resume`: the trial recorded as submitted goes out now
+    campaign.step()
+    handle = submitted(campaign)[0].external_id
+    assert len(submitted(campaign)) == 2 and len(panda.jedi.tasks) == 2
+    panda.down()
+    status = campaign.executor.poll(handle)  # following goes on waiting, the task is not lost
+    assert status.state == "unknown" and "not reachable" in status.message
+    panda.up()
+    assert campaign.executor.poll(handle).state == "submitted"
+
+
+def test_missing_credentials_are_named(panda: PandaDouble, spec: Path, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OIDC_AUTH_TOKEN_FILE")
+    with pytest.raises(ExecutorError, match="PANDA_AUTH=oidc but no token was found"):
+        make_campaign(spec).step()
+    monkeypatch.delenv("PANDA_AUTH")
+    with pytest.raises(ExecutorError, match="no grid nickname: panda.nickname is not set"):
+        make_campaign(spec).step()
+    named = spec.parent / "named.yaml"
+    named.write_text(spec.read_text().replace("name: wire", "name: named") + "panda: {nickname: jtester}\n")
+    with pytest.raises(ExecutorError, match=r"refused the submission of task user\.jtester\.named"
+                                            r"\.trial-0000/ .*check your PanDA credentials"):
+        make_campaign(named).step()  # no token sent: the server says 403
