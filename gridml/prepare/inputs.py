@@ -61,19 +61,25 @@ class FileMemo:
             self.data = {}
         self.dirty = False
 
-    def describe(self, path: Path, source: str, kind: str, tree: str) -> InputFile:
+    def _key(self, path: Path, kind: str, tree: str) -> tuple[str, list[int]]:
         st = path.stat()
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
-        key = f"{path}|{kind}|{tree}"
-        hit = self.data.get(key)
-        if hit is None or hit["stamp"] != stamp or self.rehash:
-            entries, schema = readers.describe(path, kind, tree)
-            digest, adler = hash_file(path)
-            hit = {"stamp": stamp, "digest": digest, "adler32": adler, "entries": entries,
-                   "schema": schema}
-            self.data[key], self.dirty = hit, True
+        return f"{path}|{kind}|{tree}", [st.st_size, st.st_mtime_ns, st.st_ino]
+
+    def missing(self, path: Path, kind: str, tree: str) -> bool:
+        """True when the file must be (re-)read and hashed."""
+        key, stamp = self._key(path, kind, tree)
+        return self.rehash or self.data.get(key, {}).get("stamp") != stamp
+
+    def store(self, path: Path, kind: str, tree: str, facts: dict[str, Any]) -> None:
+        """Remember what :func:`examine` found (the stamp is taken before it ran)."""
+        key, _ = self._key(path, kind, tree)
+        self.data[key], self.dirty = facts, True
+
+    def get(self, path: Path, source: str, kind: str, tree: str) -> InputFile:
+        key, _ = self._key(path, kind, tree)
+        hit = self.data[key]
         return InputFile(path=path, source=source, kind=kind, digest=hit["digest"],
-                         adler32=hit["adler32"], bytes=st.st_size, entries=hit["entries"],
+                         adler32=hit["adler32"], bytes=hit["stamp"][0], entries=hit["entries"],
                          schema=hit["schema"])
 
     def save(self) -> None:
@@ -81,6 +87,19 @@ class FileMemo:
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(self.data))
             os.replace(tmp, self.path)
+
+
+def examine(task: tuple[str, str, str]) -> dict[str, Any]:
+    """Entries, schema and content hashes of one file (runs in a worker) or {"error": ...}."""
+    path, kind, tree = Path(task[0]), task[1], task[2]
+    st = path.stat()
+    try:
+        entries, schema = readers.describe(path, kind, tree)
+    except DataError as exc:
+        return {"error": str(exc)}
+    digest, adler = hash_file(path)
+    return {"path": str(path), "stamp": [st.st_size, st.st_mtime_ns, st.st_ino],
+            "digest": digest, "adler32": adler, "entries": entries, "schema": schema}
 
 
 def stage_dids(dids: list[str], backend: str, dest: Path) -> list[tuple[Path, str]]:
@@ -101,10 +120,20 @@ def stage_dids(dids: list[str], backend: str, dest: Path) -> list[tuple[Path, st
     return sorted(staged, key=lambda item: item[1])
 
 
-def describe_all(files: list[tuple[Path, str]], fmt: str, tree: str,
-                 memo: FileMemo) -> list[InputFile]:
-    """Describe every input (cheap when unchanged); refuse unreadable files."""
-    return [memo.describe(path, source, readers.kind_of(path, fmt), tree) for path, source in files]
+def describe_all(files: list[tuple[Path, str]], fmt: str, tree: str, memo: FileMemo,
+                 pool: Any) -> list[InputFile]:
+    """Describe every input: unchanged files from the memo, the others examined over the pool;
+    an unreadable file -> DataError naming it."""
+    kinds = [readers.kind_of(path, fmt) for path, _ in files]
+    todo = [(str(p), k, tree) for (p, _), k in zip(files, kinds) if memo.missing(p, k, tree)]
+    if len(todo) > 1:
+        pool.start()
+    for facts in pool.run(examine, todo):
+        if "error" in facts:
+            raise DataError(facts["error"])
+        path = Path(facts.pop("path"))
+        memo.store(path, readers.kind_of(path, fmt), tree, facts)
+    return [memo.get(path, source, kind, tree) for (path, source), kind in zip(files, kinds)]
 
 
 def check_schema(inputs: list[InputFile], branches: list[str] | None,

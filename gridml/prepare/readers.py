@@ -41,8 +41,8 @@ def describe(path: Path, kind: str, tree: str) -> tuple[int, dict[str, str]]:
     except DataError:
         raise
     except Exception as exc:  # uproot/h5py raise many kinds; all mean "this file is bad"
-        raise DataError(f"{path}: cannot read as {kind.upper()} ({one_line(exc)})",
-                        hint="the file is corrupt or truncated: re-create or re-download it") from None
+        raise DataError(f"{path}: cannot read as {kind.upper()} ({one_line(exc)}): the file is "
+                        "corrupt or truncated") from None
 
 
 def _describe_root(path: Path, tree: str) -> tuple[int, dict[str, str]]:

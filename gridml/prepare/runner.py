@@ -43,6 +43,7 @@ class PrepareResult:
     events_computed: int = 0
     seconds: float = 0.0
     datasets: dict[str, str] = field(default_factory=dict)  # split -> registered DID
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
 
 
 def cache_root(explicit: Path | None) -> Path:
@@ -75,13 +76,14 @@ def _read_branches(spec: PrepSpec) -> list[str] | None:
     return m.inputs.branches + [k for k in m.split.key if k not in m.inputs.branches]
 
 
-def _describe(spec: PrepSpec, cache: Path, backend: str, rehash: bool) -> list[inp.InputFile]:
-    """Every input (DIDs staged in), described and schema-checked."""
+def _describe(spec: PrepSpec, cache: Path, backend: str, rehash: bool,
+              pool: Pool) -> list[inp.InputFile]:
+    """Every input (DIDs staged in), described (changed files over the pool), schema-checked."""
     m = spec.model.inputs
     memo = inp.FileMemo(cache / "files.json", rehash=rehash)
     files = [(p, str(p)) for p in spec.files]
     files += inp.stage_dids(m.dids, backend, cache / "staged")
-    described = inp.describe_all(files, m.format, m.tree, memo)
+    described = inp.describe_all(files, m.format, m.tree, memo, pool)
     memo.save()
     inp.check_schema(described, m.branches, spec.model.split.key)
     return described
@@ -119,14 +121,29 @@ def run_prepare(spec_path: str | Path, *, jobs: int = 0, dataset: str | None = N
                 backend: str | None = None, cache_dir: Path | None = None, rehash: bool = False,
                 force: bool = False, show_progress: bool = True) -> PrepareResult:
     """Prepare the shards a prepare spec describes (see the module docstring)."""
-    t0 = time.perf_counter()
-    spec = load_prep_spec(spec_path)
     from gridml.settings import settings
 
+    t0 = time.perf_counter()
+    spec = load_prep_spec(spec_path)
     backend = backend or spec.model.backend or settings().data_backend
     dataset = dataset or spec.model.output.dataset
     cache = cache_root(cache_dir)
-    files = _describe(spec, cache, backend, rehash)
+    with Pool(jobs) as pool:  # workers start only when there is work for them
+        files = _describe(spec, cache, backend, rehash, pool)
+        t_inputs = time.perf_counter() - t0
+        result = _plan_and_build(spec, pool, files, cache, force, show_progress)
+    result.timings = {"inputs": t_inputs, **result.timings}
+    if dataset:
+        from gridml.prepare.register import register
+
+        result.datasets = register(spec.out_dir, result.manifest, dataset, backend)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _plan_and_build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], cache: Path,
+                    force: bool, show: bool) -> PrepareResult:
+    """Key every chunk; do nothing when the last run had the same keys, else build."""
     chunks = inp.plan_chunks(files, spec.model.inputs.chunk_size)
     if not chunks:
         raise DataError(f"{spec.path}: the inputs hold no events", hint="check inputs.files/dids")
@@ -135,18 +152,10 @@ def run_prepare(spec_path: str | Path, *, jobs: int = 0, dataset: str | None = N
     result = PrepareResult(out_dir=spec.out_dir, manifest={}, chunks=len(chunks),
                            events=sum(c.stop - c.start for c in chunks))
     previous = output.read_manifest(spec.out_dir)
-    settings_ = output.shard_settings(spec)
-    if not force and output.unchanged(previous, spec.out_dir, keys, settings_):
-        result.up_to_date, result.manifest = True, previous
+    if not force and output.unchanged(previous, spec.out_dir, keys, output.shard_settings(spec)):
+        result.up_to_date, result.manifest = True, previous or {}
     else:
-        with Pool(jobs) as pool:
-            _build(spec, pool, files, chunks, keys, ident, cache, previous, force,
-                   show_progress, result)
-    if dataset:
-        from gridml.prepare.register import register
-
-        result.datasets = register(spec.out_dir, result.manifest, dataset, backend)
-    result.seconds = time.perf_counter() - t0
+        _build(spec, pool, files, chunks, keys, ident, cache, previous, force, show, result)
     return result
 
 
@@ -158,8 +167,10 @@ def _build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], chunks: list[
     todo = [t for t in tasks if t.key not in summaries]
     if todo or len(keys) > 1:
         pool.start()
+    t0 = time.perf_counter()
     for res in _compute(pool, todo, show):
         summaries[res["key"]] = res
+    result.timings["chunks"] = time.perf_counter() - t0
     result.chunks_computed = len(todo)
     result.events_computed = sum(t.stop - t.start for t in todo)
     by_file: list[list[dict[str, Any]]] = [[] for _ in files]
@@ -170,5 +181,6 @@ def _build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], chunks: list[
         result.manifest, result.shards_written = output.write_all(
             spec, pool, files, by_file, keys, ident, cache, previous, staging, show,
             reuse=not force)
+        result.timings["shards"] = time.perf_counter() - t0 - result.timings["chunks"]
     finally:
         shutil.rmtree(staging, ignore_errors=True)

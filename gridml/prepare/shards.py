@@ -6,7 +6,8 @@ whose identity did not change is not written again. Layout of one shard (docs/pr
 
     x (N, F) float32   columns in x.attrs["columns"]      y (N,) float32     [w (N,) float32]
     <name>_values (M,) float32, <name>_lengths (N,) int32  for each ragged feature
-    root attrs: split, source, spec, code_hash, norm_mean, norm_std, normalized
+    root attrs: split, source, spec, code_hash, config_hash, normalized
+                (and norm_mean, norm_std when normalize: apply; otherwise they are in norm.json)
 """
 
 from __future__ import annotations
@@ -148,8 +149,9 @@ def write(task: dict[str, Any]) -> dict[str, Any]:
                               **(comp if len(arr) else {}))
         for k, v in task["attrs"].items():
             fh.attrs[k] = v
-        fh.attrs["norm_mean"] = np.asarray(norm["mean"], np.float32)
-        fh.attrs["norm_std"] = np.asarray(norm["std"], np.float32)
         fh.attrs["normalized"] = task["normalize"] == "apply"
+        if task["normalize"] == "apply":  # what was subtracted and divided by (else: norm.json)
+            fh.attrs["norm_mean"] = np.asarray(norm["mean"], np.float32)
+            fh.attrs["norm_std"] = np.asarray(norm["std"], np.float32)
     return {"name": task["name"], "bytes": os.path.getsize(task["tmp"]),
             "adler32": adler32_file(Path(task["tmp"])), "rows": int(len(x))}
