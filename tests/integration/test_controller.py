@@ -1,0 +1,150 @@
+"""The campaign loop with real parts and no training: SqlStore (SQLite), LocalStore, real searchers.
+
+The executor is the real dry-run backend (it records what it was given and never runs anything);
+trials are finished by hand the way the local executor reports them, so every branch of the loop
+(propose, submit, retry, crash recovery, spool ingestion) is exercised in a second.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gridml.controller import Campaign, objective_of
+from gridml.data.local import LocalStore
+from gridml.errors import SpecError
+from gridml.executors.base import TaskStatus
+from gridml.executors.dryrun import DryRunExecutor
+from gridml.server.db import open_store
+from gridml.spec import load_spec
+from gridml.store import EpochReport
+from tests.helpers import write_spec
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> dict:
+    import h5py
+
+    data = LocalStore(tmp_path / "store")
+    for which in ("train", "val"):
+        f = tmp_path / f"{which}.h5"
+        with h5py.File(f, "w") as h5:
+            h5["x"] = np.zeros((10, 3), "f4")
+            h5["y"] = np.zeros(10, "f4")
+        data.upload([f], f"user.t:{which}")
+    spec = write_spec(tmp_path / "spec.yaml", "ctl", "user.t:train", "user.t:val")
+    loaded = load_spec(spec, did_exists=data.exists)
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    return {"tmp": tmp_path, "data": data, "loaded": loaded, "store": store, "spec": spec}
+
+
+def campaign(world: dict, executor: DryRunExecutor | None = None) -> Campaign:
+    return Campaign(world["loaded"], world["store"], executor or DryRunExecutor(), world["data"],
+                    world["tmp"] / "runs", api_url="http://127.0.0.1:9", poll_s=0)
+
+
+def finish(world: dict, c: Campaign, number: int, val_loss: float | None, epochs: int = 2) -> None:
+    """Play the payload: write the spool and the result as train_keras does."""
+    out = world["tmp"] / "runs" / "ctl" / f"trial-{number:04d}" / "outputs"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "metrics.jsonl", "w") as fh:
+        for e in range(1, epochs + 1):
+            rep = EpochReport(e, {"loss": 1.0 / e, "val_loss": (val_loss or 0) + 1.0 / e - 1.0 / epochs},
+                              epoch_time=0.5)
+            fh.write(json.dumps(rep.to_json()) + "\n")
+    (out / "result.json").write_text(json.dumps({"state": "completed", "epochs": epochs}))
+    (out / "model.keras").write_bytes(b"model bytes")
+
+
+def test_first_cycle_fills_the_parallel_slots_with_distinct_points(world: dict) -> None:
+    ex = DryRunExecutor()
+    c = campaign(world, ex)
+    assert c.step() is False
+    trials = world["store"].list_trials(c.study.id)
+    assert [t.state for t in trials] == ["running", "running"]
+    assert trials[0].hparams != trials[1].hparams
+    doc = json.loads(Path(ex.rendered[0]["trial_file"]).read_text())
+    assert doc["api"]["url"] == "http://127.0.0.1:9" and doc["api"]["token"]
+    assert doc["data"]["train"][0].endswith("train.h5") and Path(doc["data"]["train"][0]).exists()
+    assert doc["inputs"][0]["adler32"] and doc["seed"] > 0
+
+
+def test_finished_trials_are_ingested_stored_and_the_budget_is_kept(world: dict) -> None:
+    c = campaign(world)
+    c.step()
+    store = world["store"]
+    for round_ in range(2):
+        for t in store.list_trials(c.study.id, states=("running",)):
+            finish(world, c, t.number, val_loss=0.5 - 0.1 * t.number)
+            c.finalize(t, TaskStatus("completed"))
+        done = c.step()
+    trials = store.list_trials(c.study.id)
+    assert done is True and len(trials) == 4
+    assert all(t.state == "completed" and t.epochs_done == 2 for t in trials)
+    assert [round(t.objective, 6) for t in trials] == [0.5, 0.4, 0.3, 0.2]
+    assert trials[3].outputs and world["data"].exists(trials[3].outputs[0]["did"])
+    assert len({json.dumps(t.hparams, sort_keys=True) for t in trials}) == 4
+
+
+def test_a_failed_trial_is_retried_once_then_recorded_with_its_error(world: dict) -> None:
+    c = campaign(world)
+    c.step()
+    store = world["store"]
+    t = store.list_trials(c.study.id)[0]
+    c.finalize(t, TaskStatus("failed", "payload exited with code 1: OSError: bad file", "log"))
+    assert store.get_trial(t.id).state == "queued"
+    c.step()  # resubmitted, same hyperparameters, attempt 2
+    t2 = store.get_trial(t.id)
+    assert t2.state == "running" and t2.attempts == 2 and t2.hparams == t.hparams
+    c.finalize(t2, TaskStatus("failed", "payload exited with code 1: OSError: bad file"))
+    t3 = store.get_trial(t.id)
+    assert t3.state == "failed" and "OSError: bad file" in t3.error
+
+
+def test_spool_reports_are_ingested_once(world: dict) -> None:
+    c = campaign(world)
+    c.step()
+    t = world["store"].list_trials(c.study.id)[0]
+    finish(world, c, t.number, 0.3, epochs=3)
+    spool = world["tmp"] / "runs" / "ctl" / f"trial-{t.number:04d}" / "outputs" / "metrics.jsonl"
+    with open(spool, "a") as fh:
+        fh.write('{"epoch": 4, "metr')  # a torn line from a killed payload
+    assert c.ingest_spool(t, spool) == 3
+    assert c.ingest_spool(t, spool) == 0
+    assert [e.epoch for e in world["store"].list_epochs(t.id)] == [1, 2, 3]
+
+
+def test_controller_crash_between_record_and_submit_resubmits_the_same_attempt(world: dict) -> None:
+    class Crashing(DryRunExecutor):
+        def submit(self, req):  # the controller dies right after recording the submission
+            raise KeyboardInterrupt
+
+    c = campaign(world, Crashing())
+    with pytest.raises(KeyboardInterrupt):
+        c.step()
+    store = world["store"]
+    t = store.list_trials(c.study.id)[0]
+    assert t.state == "submitted" and t.external_id is None and t.attempts == 1
+    ex = DryRunExecutor()
+    c2 = campaign(world, ex)  # the restarted controller
+    c2.step()
+    again = store.get_trial(t.id)
+    assert again.state == "running" and again.attempts == 1  # same attempt: no duplicate
+    assert [r["trial"] for r in ex.rendered].count(t.number) == 1
+
+
+def test_same_name_with_a_different_spec_is_refused(world: dict) -> None:
+    campaign(world)
+    spec: Path = world["spec"]
+    spec.write_text(spec.read_text().replace("high: 32", "high: 40"))
+    with pytest.raises(SpecError, match="already exists with a different spec"):
+        campaign({**world, "loaded": load_spec(spec)})
+
+
+def test_objective_is_the_last_finite_value() -> None:
+    reps = [EpochReport(1, {"val_loss": 0.5}, 1.0), EpochReport(2, {"val_loss": float("nan")}, 1.0)]
+    assert objective_of(reps, "val_loss") == 0.5
+    assert objective_of(reps, "val_auc") is None
