@@ -1,0 +1,100 @@
+"""A whole campaign through PanDA: 4 trials x 2 Horovod ranks x 2 epochs, real panda-client.
+
+The PanDA double plays JEDI and the pilot: every trial's task is defined from its parameters, its
+job stages the input files in from the local store, runs the pilot wrapper and the real Keras +
+Horovod payload, and stages the outputs out into the task's output datasets, from where the
+executor fetches metrics and results and ``gridml fetch`` gets the best model. The first job
+loses its worker node, so one trial goes through the controller's retry (``retryTask``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from gridml.executors.panda import task_id_of
+from tests.helpers import gridml, gridml_json
+from tests.panda_double import PandaDouble
+from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.service]
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from gridml.server.embedded import EmbeddedServer
+    from gridml.settings import settings
+
+    tmp = tmp_path_factory.mktemp("panda-campaign")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GRIDML_HOME", str(tmp / "home"))
+    train, val = register_sample_data(tmp)
+    spec = panda_spec(tmp, "grid", train, val)
+    with PandaDouble(tmp / "panda") as panda:
+        for key, value in panda.client_env().items():
+            mp.setenv(key, value)
+        panda.jedi.fail_next = 1  # the first job's worker node goes away
+        with EmbeddedServer(settings().db_url) as server:
+            c = make_campaign(spec, api_url=server.url, poll_s=1.0)
+            c.run()
+        yield {"tmp": tmp, "campaign": c, "panda": panda}
+    mp.undo()
+
+
+def test_every_trial_ran_as_a_panda_task_to_completion(campaign: dict[str, Any]) -> None:
+    c, panda = campaign["campaign"], campaign["panda"]
+    trials = c.store.list_trials(c.study.id)
+    assert len(trials) == 4
+    assert [t.state for t in trials] == ["completed"] * 4, [t.error for t in trials]
+    tasks = {task_id_of(t.external_id): t for t in trials}
+    assert len(tasks) == 4 and set(tasks) == set(panda.jedi.tasks)
+    for task_id, trial in tasks.items():
+        task = panda.jedi.get(task_id)
+        assert task.params["taskName"] == f"user.jtester.grid.trial-{trial.number:04d}/"
+        assert task.status == "done" and task.history[:4] == ["registered", "defined", "ready", "running"]
+        epochs = c.store.list_epochs(trial.id)
+        assert [e.epoch for e in epochs] == [1, 2] and trial.objective is not None
+        assert all(e.epoch_time > 0 for e in epochs)
+
+
+def test_a_lost_worker_node_is_retried_with_retry_task(campaign: dict[str, Any]) -> None:
+    c, panda = campaign["campaign"], campaign["panda"]
+    retried = [t for t in panda.jedi.tasks.values() if "failed" in t.history]
+    assert len(retried) == 1
+    task = retried[0]
+    assert task.history == ["registered", "defined", "ready", "running", "failed",
+                            "ready", "running", "done"]  # retryTask: the same task, a second job
+    assert [j.status for j in task.jobs] == ["failed", "finished"]
+    trial = next(t for t in c.store.list_trials(c.study.id) if t.external_id == f"panda:{task.task_id}")
+    assert trial.attempts == 2
+
+
+def test_outputs_were_staged_out_by_the_pilot_and_recorded(campaign: dict[str, Any]) -> None:
+    c = campaign["campaign"]
+    for trial in c.store.list_trials(c.study.id):
+        names = {o["name"].rsplit(".", 2)[-2] + "." + o["name"].rsplit(".", 1)[-1] for o in trial.outputs}
+        assert {"model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json"} <= names
+        assert all(o["did"].startswith("user.jtester:user.jtester.") and o["bytes"] > 0 for o in trial.outputs)
+        outputs = c.runs_dir / "grid" / f"trial-{trial.number:04d}" / "outputs"
+        assert (outputs / "metrics.jsonl").is_file() and (outputs / "result.json").is_file()
+
+
+def test_the_best_model_is_fetched_and_predicts(campaign: dict[str, Any]) -> None:
+    env = {"GRIDML_HOME": str(campaign["tmp"] / "home")}
+    best = gridml_json("best", "grid", env=env)
+    c = campaign["campaign"]
+    objectives = [t.objective for t in c.store.list_trials(c.study.id)]
+    assert best["objective"] == min(objectives)
+    dest = Path(campaign["tmp"]) / "fetched"
+    gridml("fetch", "grid", "--best", "-o", str(dest), env=env)
+    model = next(p for p in dest.iterdir() if p.name.endswith(".keras"))
+    code = ("import sys, numpy as np, tensorflow as tf; m = tf.keras.models.load_model(sys.argv[1]); "
+            "p = m.predict(np.random.default_rng(0).normal(size=(5, 10)).astype('float32'), verbose=0); "
+            "assert p.shape == (5, 1) and np.all((p >= 0) & (p <= 1)); print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
