@@ -88,6 +88,7 @@ def task_from_request(loaded: LoadedSpec, req: TaskRequest, doc: dict[str, Any],
                       *, source_url: str | None = None, client_version: str = "2.2.0") -> PandaTask:
     """The :class:`PandaTask` for one trial (pure: the trial file and model are passed in)."""
     spec = loaded.spec
+    doc = grid_trial_document(doc)
     model_src = loaded.model_path.read_bytes()
     problem = check_model_size(model_src, loaded.model_path.name)
     if problem:
@@ -105,20 +106,22 @@ def task_from_request(loaded: LoadedSpec, req: TaskRequest, doc: dict[str, Any],
         cli_params=f"gridml submit {loaded.path.name} (study {req.study}, trial {req.trial_number})")
 
 
+def grid_trial_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """The trial file as the job gets it: input files by name (the pilot stages them into the
+    job's directory). A controller that staged them locally (the dry run) wrote paths."""
+    data = dict(doc["data"])
+    for which in ("train", "validation"):
+        data[which] = [Path(p).name for p in data.get(which, [])]
+    return dict(doc, data=data)
+
+
 def render_for_request(loaded: LoadedSpec, req: TaskRequest) -> dict[str, Any]:
     """The JEDI task parameter map ``submit`` would send for ``req`` (used by ``--dry-run``)."""
     doc = json.loads(req.trial_file.read_text())
     nick = resolve_nickname(loaded.spec, dry_run=True)
-    task = task_from_request(loaded, req, doc, nick, source_url=_source_url(),
+    task = task_from_request(loaded, req, doc, nick, source_url=pc.source_url(),
                              client_version=_client_version())
     return render_task_params(task)
-
-
-def _source_url() -> str | None:
-    try:
-        return pc.source_url()
-    except ExecutorError:
-        return None
 
 
 def _client_version() -> str:

@@ -44,6 +44,10 @@ def client() -> ModuleType:
     except ImportError as exc:  # pragma: no cover - panda-client is in requirements/extras.txt
         raise ExecutorError("panda-client is not installed",
                             hint="pip install panda-client==2.2.0 (requirements/extras.txt)") from exc
+    except OSError as exc:  # its import resolves the cache server's name unless told not to
+        raise ExecutorError(f"panda-client could not resolve the PanDA cache server when it was "
+                            f"imported: {exc}", hint="check your network/DNS, or set "
+                            "PANDA_BEHIND_REAL_LB=1 (and PANDACACHE_URL) to skip the lookup") from None
     if _configured_for(Client) != _wanted():
         Client = importlib.reload(Client)
         Client._gridml_env = _wanted()  # type: ignore[attr-defined]
@@ -75,9 +79,11 @@ def server_url() -> str:
 
 
 def source_url() -> str:
-    """``sourceURL`` as prun sets it: scheme://host[:port] of the PanDA server."""
-    m = re.search(r"(https?://[^/]+)", server_url())
-    return m.group(1) if m else server_url()
+    """``sourceURL`` as prun sets it (scheme://host[:port] of the cache server, where jobs would
+    fetch a sandbox), from panda-client's variable and default, without importing the client."""
+    url = os.environ.get("PANDACACHE_URL", "https://pandacache.cern.ch/server/panda")
+    m = re.search(r"(https?://[^/]+)", url)
+    return m.group(1) if m else url
 
 
 def client_version() -> str:
