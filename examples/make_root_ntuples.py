@@ -24,11 +24,11 @@ def make_events(n: int, rng: np.random.Generator, first_event: int = 0) -> dict:
     label = (rng.random(n) < 0.5).astype(np.int32)
     tau = label == 1
     pt = rng.exponential(40.0, n) + 20.0
-    ntrk = np.where(tau, rng.poisson(2.5, n) + 1, rng.poisson(9.0, n) + 2).astype(np.int32)
+    ntrk = np.where(tau, rng.poisson(3.0, n) + 1, rng.poisson(5.0, n) + 1).astype(np.int32)
     total = int(ntrk.sum())
     jet_of = np.repeat(np.arange(n), ntrk)
-    width = np.where(tau, 0.05, 0.12)[jet_of] * rng.uniform(0.6, 1.6, n)[jet_of]
-    frac = rng.gamma(np.where(tau, 1.6, 0.8)[jet_of], 1.0)
+    width = np.where(tau, 0.06, 0.09)[jet_of] * rng.uniform(0.5, 1.7, n)[jet_of]
+    frac = rng.gamma(np.where(tau, 1.2, 0.9)[jet_of], 1.0)
     frac /= np.bincount(jet_of, frac, minlength=n)[jet_of]
     trk = ak.zip({
         "pt": ak.unflatten((frac * pt[jet_of]).astype(np.float32), ntrk),
@@ -37,7 +37,7 @@ def make_events(n: int, rng: np.random.Generator, first_event: int = 0) -> dict:
         "charge": ak.unflatten(rng.choice(np.array([-1, 0, 1], np.int32), total), ntrk),
     })
     order = ak.argsort(trk.pt, ascending=False)
-    mass = np.where(tau, rng.normal(1.2, 0.4, n), rng.normal(0.12, 0.05, n) * pt).clip(0.1)
+    mass = np.where(tau, rng.normal(1.5, 0.8, n), rng.gamma(2.0, 1.6, n)).clip(0.1)
     return {
         "run": np.full(n, 300000 + int(rng.integers(1000)), np.int64),
         "event": np.arange(first_event, first_event + n, dtype=np.int64),
