@@ -105,7 +105,8 @@ def visible_gpus() -> int:
     if shutil.which("nvidia-smi") is None:
         return 0
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20,
+                             check=False)
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
@@ -141,7 +142,8 @@ def run_payload(command: list[str], cwd: Path) -> int:
     log = cwd / "payload.log"
     say(f"running {' '.join(command)}")
     with open(log, "wb") as fh:
-        rc = subprocess.run(command, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(command, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
+                            check=False).returncode
     if rc != 0:
         tail = log.read_text(errors="replace").splitlines()[-40:]
         say(f"payload exited with {rc}; last lines of payload.log:\n" + "\n".join(tail))

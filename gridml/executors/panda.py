@@ -28,8 +28,12 @@ from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFou
 from gridml.executors import panda_client as pc
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.panda_outputs import collect_outputs, log_tail, trial_doc_of
-from gridml.executors.panda_render import (PandaTask, check_model_size, job_command,
-                                           render_task_params)
+from gridml.executors.panda_render import (
+    PandaTask,
+    check_model_size,
+    job_command,
+    render_task_params,
+)
 from gridml.spec import LoadedSpec, Spec
 
 log = logging.getLogger("gridml.executors.panda")
@@ -195,7 +199,7 @@ class PandaExecutor:
             task_id, message = pc.submit(params)
             log.info("trial %d: %s", req.trial_number, message)
         except DuplicateTaskError as dup:
-            task_id = int(getattr(dup, "task_id"))
+            task_id = int(dup.task_id)  # type: ignore[attr-defined]
             log.warning("trial %d: %s: following the existing task", req.trial_number, dup)
         _write_journal(req.workdir, {"taskName": params["taskName"], "jediTaskID": task_id,
                                      "attempt": attempt, "server": pc.server_url()})

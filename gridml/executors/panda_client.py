@@ -153,7 +153,7 @@ def submit(params: dict[str, Any]) -> tuple[int, str]:
     Codes 1-2 (the task name exists and is not finished: a resubmission) raise
     DuplicateTaskError carrying ``task_id``; other refusals raise ExecutorError."""
     name = params.get("taskName")
-    status, output, printed = _call("insertTaskParams", params, False, properErrorCode=True)
+    status, output, _ = _call("insertTaskParams", params, False, properErrorCode=True)
     if status != 0 or not isinstance(output, tuple):
         raise _comm_error("insertTaskParams", f"the submission of task {name}")
     code, message = output
@@ -200,7 +200,7 @@ def task_params(task_id: int) -> dict[str, Any]:
 
 
 def _raise_lookup(fn: str, task_id: int) -> None:
-    alive, msg = is_alive()
+    alive, _msg = is_alive()
     if alive:
         raise NotFoundError(f"PanDA server {server_url()} has no task jediTaskID={task_id} ({fn})",
                             hint="the task may belong to another user or server (PANDA_URL_SSL)")

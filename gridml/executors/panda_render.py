@@ -92,7 +92,7 @@ def architecture(gpus: int, vram_gb: float | None) -> str:
         return ""
     arch = "#&nvidia"
     if vram_gb:
-        arch += f":vram>={int(math.ceil(vram_gb * 1024))}"
+        arch += f":vram>={math.ceil(vram_gb * 1024)}"
     return arch
 
 

@@ -8,8 +8,9 @@ a test needs a job to run, so no training runs here (the e2e test runs whole tri
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

@@ -20,8 +20,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Self
 
 from tests.panda_double.jedi import Jedi, Task
 from tests.panda_double.server import Api, serve
@@ -82,7 +83,7 @@ class PandaDouble:
                         "OIDC_AUTH_TOKEN_FILE": str(self.token_file)})
         return env
 
-    def up(self) -> "PandaDouble":
+    def up(self) -> Self:
         """Serve (again, on the same port after ``down``)."""
         self._httpd = serve(self.api, port=self.port, require_token=self.require_token)
         self.port = self._httpd.server_address[1]
@@ -95,7 +96,7 @@ class PandaDouble:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> "PandaDouble":
+    def __enter__(self) -> Self:
         self.jedi.start()
         return self.up()
 

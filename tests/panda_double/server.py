@@ -22,8 +22,9 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.panda_double.jedi import Jedi

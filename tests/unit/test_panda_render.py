@@ -11,9 +11,17 @@ import pytest
 
 from gridml.executors.panda import trial_state
 from gridml.executors.panda_outputs import trial_doc_of
-from gridml.executors.panda_render import (PandaTask, architecture, exec_string, job_command,
-                                           output_items, panda_did, render_task_params,
-                                           task_name, unpack_option)
+from gridml.executors.panda_render import (
+    PandaTask,
+    architecture,
+    exec_string,
+    job_command,
+    output_items,
+    panda_did,
+    render_task_params,
+    task_name,
+    unpack_option,
+)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "panda"
 DOC = {"version": 1, "study": "higgs", "trial_number": 3, "hparams": {"units": 16},

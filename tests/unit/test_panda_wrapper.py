@@ -57,7 +57,7 @@ def job_dir(tmp: Path, *, corrupt: bool = False, exit_code: int = 0) -> tuple[Pa
 def run_wrapper(cwd: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     return subprocess.run([sys.executable, "-m", "payloads.pilot_wrapper", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_the_wrapper_fixes_the_trial_file_runs_the_payload_and_collects_outputs(tmp_path: Path) -> None:
