@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["run_prepare", "load_prep_spec", "PrepareResult", "PrepareError", "json_schema"]
+__all__ = ["PrepareError", "PrepareResult", "json_schema", "load_prep_spec", "run_prepare"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: `gridml --help` must not import numpy

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from gridml.prepare.runner import PrepareResult
 
 
 def prepare(
     spec: Path = typer.Argument(..., help="prepare spec (YAML), see docs/prepare.md"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="worker processes (0: all cores)"),
-    dataset: Optional[str] = typer.Option(
+    dataset: str | None = typer.Option(
         None, "--dataset", help="register the shards as SCOPE:NAME.<split> datasets"),
-    backend: Optional[str] = typer.Option(
+    backend: str | None = typer.Option(
         None, "--backend", help="data backend for input DIDs and --dataset: local | rucio"),
     rehash: bool = typer.Option(False, "--rehash", help="re-hash inputs even if unchanged on disk"),
-    force: bool = typer.Option(False, "--force", help="ignore the cache: recompute every chunk"),
+    force: bool = typer.Option(False, "--force", help="ignore the caches: recompute everything"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
@@ -33,20 +36,20 @@ def prepare(
     typer.echo(json.dumps(summary, indent=1) if as_json else render(summary))
 
 
-def summarize(res: object) -> dict:
+def summarize(res: PrepareResult) -> dict[str, Any]:
     """The stable --json summary of a run (documented in docs/prepare.md)."""
-    m = res.manifest  # type: ignore[attr-defined]
-    return {"out_dir": str(res.out_dir), "up_to_date": res.up_to_date,  # type: ignore
-            "seconds": round(res.seconds, 3), "chunks": res.chunks,  # type: ignore
-            "chunks_computed": res.chunks_computed, "events": res.events,  # type: ignore
-            "events_computed": res.events_computed,  # type: ignore
-            "shards_written": res.shards_written, "features": len(m["columns"]),  # type: ignore
+    m = res.manifest
+    return {"out_dir": str(res.out_dir), "up_to_date": res.up_to_date,
+            "seconds": round(res.seconds, 3), "chunks": res.chunks,
+            "chunks_computed": res.chunks_computed, "events": res.events,
+            "events_computed": res.events_computed, "shards_written": res.shards_written,
+            "features": len(m["columns"]),
             "splits": {k: {"rows": v["rows"], "files": len(v["files"])}
                        for k, v in m["splits"].items()},
-            "datasets": res.datasets}  # type: ignore
+            "datasets": res.datasets}
 
 
-def render(s: dict) -> str:
+def render(s: dict[str, Any]) -> str:
     """The human summary."""
     head = ("up to date: nothing changed" if s["up_to_date"] else
             f"computed {s['chunks_computed']}/{s['chunks']} chunks "

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import nullcontext
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 Task = Any
 Result = dict[str, Any]
@@ -36,7 +37,7 @@ class Pool:
         self.jobs = jobs if jobs > 0 else default_jobs()
         self._ex: ProcessPoolExecutor | None = None
 
-    def __enter__(self) -> "Pool":
+    def __enter__(self) -> Pool:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -71,8 +72,15 @@ def progress(enabled: bool) -> Any:
     """A rich progress display (events/s, ETA), or a do-nothing stand-in."""
     if not enabled:
         return nullcontext(_Quiet())
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn,
-                               TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     from rich.text import Text
 
     class Rate(ProgressColumn):

@@ -61,7 +61,7 @@ def _describe_hdf5(path: Path, group: str) -> tuple[int, dict[str, str]]:
     import h5py
 
     with h5py.File(path, "r") as fh:
-        grp = fh[group] if group in fh else fh
+        grp = fh.get(group, fh)
         cols = {k: v for k, v in grp.items() if isinstance(v, h5py.Dataset)}
         if not cols:
             raise DataError(f"{path}: no datasets in group {grp.name!r}",
@@ -85,6 +85,6 @@ def read(path: Path, kind: str, tree: str, branches: list[str] | None,
     import h5py
 
     with h5py.File(path, "r") as fh:
-        grp = fh[tree] if tree in fh else fh
+        grp = fh.get(tree, fh)
         names = branches or [k for k, v in grp.items() if isinstance(v, h5py.Dataset)]
         return ak.Array({name: grp[name][start:stop] for name in names})

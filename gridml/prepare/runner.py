@@ -20,7 +20,7 @@ from typing import Any
 
 from gridml.errors import DataError
 from gridml.prepare import inputs as inp
-from gridml.prepare import output, shards, worker
+from gridml.prepare import output, worker
 from gridml.prepare.pool import Pool, progress
 from gridml.prepare.spec import PrepSpec, load_prep_spec
 

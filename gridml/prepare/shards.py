@@ -53,7 +53,7 @@ def norm_constants(summaries: list[dict[str, Any]], split: str, width: int) -> d
 
 def _stem(source: str) -> str:
     name = source.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
-    name = re.sub(r"\.(root|h5|hdf5|hdf)$", "", name, flags=re.I)
+    name = re.sub(r"\.(root|h5|hdf5|hdf)$", "", name, flags=re.IGNORECASE)
     return re.sub(r"[^A-Za-z0-9._+-]", "_", name)[:120] or "input"
 
 
@@ -136,8 +136,8 @@ def write(task: dict[str, Any]) -> dict[str, Any]:
     if task["normalize"] == "apply":
         std = np.asarray(norm["std"])
         x = ((x - np.asarray(norm["mean"])) / np.where(std > 0, std, 1.0)).astype(np.float32)
-    comp = {"gzip": dict(compression="gzip", compression_opts=task["level"], shuffle=True),
-            "lzf": dict(compression="lzf", shuffle=True), "none": {}}[task["compression"]]
+    comp = {"gzip": {"compression": "gzip", "compression_opts": task["level"], "shuffle": True},
+            "lzf": {"compression": "lzf", "shuffle": True}, "none": {}}[task["compression"]]
     rows = max(1, min(len(x), CHUNK_BYTES // max(4 * x.shape[1], 1)))
     with h5py.File(task["tmp"], "w") as fh:
         dx = fh.create_dataset("x", data=x, chunks=(rows, max(x.shape[1], 1)) if x.size else None,
@@ -154,4 +154,4 @@ def write(task: dict[str, Any]) -> dict[str, Any]:
             fh.attrs["norm_mean"] = np.asarray(norm["mean"], np.float32)
             fh.attrs["norm_std"] = np.asarray(norm["std"], np.float32)
     return {"name": task["name"], "bytes": os.path.getsize(task["tmp"]),
-            "adler32": adler32_file(Path(task["tmp"])), "rows": int(len(x))}
+            "adler32": adler32_file(Path(task["tmp"])), "rows": len(x)}

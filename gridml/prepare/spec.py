@@ -53,7 +53,7 @@ class Inputs(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _some(self) -> "Inputs":
+    def _some(self) -> Inputs:
         if not self.files and not self.dids:
             raise ValueError("files: no inputs; list ROOT/HDF5 files under `files` or DIDs under `dids`")
         return self
@@ -76,7 +76,7 @@ class Features(_Strict):
     ragged: list[str] = Field(default_factory=list, description="variable-length outputs kept ragged")
 
     @model_validator(mode="after")
-    def _disjoint(self) -> "Features":
+    def _disjoint(self) -> Features:
         both = sorted(set(self.pad) & set(self.ragged))
         if both:
             raise ValueError(f"ragged: {both} also under `pad`; a feature is padded or ragged, not both")

@@ -59,7 +59,7 @@ def read_summary(cache: Path, key: str) -> dict[str, Any] | None:
 
 
 def _stats(x: np.ndarray) -> dict[str, Any]:
-    return {"count": int(len(x)), "sum": x.sum(axis=0, dtype=np.float64).tolist(),
+    return {"count": len(x), "sum": x.sum(axis=0, dtype=np.float64).tolist(),
             "sumsq": np.einsum("ij,ij->j", x, x, dtype=np.float64).tolist()}
 
 
@@ -113,6 +113,6 @@ def process(task: ChunkTask) -> dict[str, Any]:
         return {**where, "error": readers.one_line(exc)}
     summary = {**where, "key": task.key, "events": len(events), "columns": rows.columns,
                "ragged": sorted(rows.ragged), "weights": rows.w is not None, "splits": splits,
-               "ragged_values": {r: int(len(v)) for r, (v, _) in rows.ragged.items()}}
+               "ragged_values": {r: len(v) for r, (v, _) in rows.ragged.items()}}
     _write(Path(task.cache), task.key, arrays, summary)
     return summary

@@ -21,7 +21,7 @@ from gridml.prepare.inputs import hash_file
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
-from make_root_ntuples import make_events, write_file  # noqa: E402
+from make_root_ntuples import make_events, write_file
 
 N_FILES, N_EVENTS, CHUNK = 3, 3000, 1000
 
@@ -169,9 +169,9 @@ def test_schema_mismatch_between_files(ws: Path) -> None:
         fh.mktree("events", events)
     with pytest.raises(SpecError) as info:
         run_prepare(ws / "prep.yaml", jobs=1, show_progress=False)
-    assert info.value.problems == [
+    assert info.value.problems == [(
         f"{ws / 'data' / 'ntuple_9.root'}: schema mismatch: column 'jet_mass' missing (present in "
-        f"{ws / 'data' / 'ntuple_0.root'}); fix the file or drop it from inputs.branches"]
+        f"{ws / 'data' / 'ntuple_0.root'}); fix the file or drop it from inputs.branches")]
 
 
 def test_register_as_datasets_in_the_local_store(ws: Path) -> None:
@@ -226,17 +226,31 @@ def test_dids_as_inputs_hdf5_and_ragged(ws: Path) -> None:
 def test_cli_json_and_spec_errors(ws: Path) -> None:
     gridml = [str(Path(sys.executable).parent / "gridml"), "prepare"]
     proc = subprocess.run([*gridml, str(ws / "prep.yaml"), "-j", "1", "--json"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["chunks_computed"] == 9 and summary["features"] == 31
     assert set(summary["splits"]) == {"train", "val", "test"}
     _spec(ws, **{"tree: events": "tree: events\n  colour: blue"})
     bad = subprocess.run([*gridml, str(ws / "prep.yaml")], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, check=False)
     assert bad.returncode == 2
     lines = (ws / "prep.yaml").read_text().splitlines()
     line = next(i for i, text in enumerate(lines, 1) if text.startswith("  colour: blue"))
     said = "".join((bad.stdout + bad.stderr).split())  # the CLI may wrap long lines
     assert f"{ws / 'prep.yaml'}:{line}:inputs.colour:unknownkey" in said
     assert "Traceback" not in bad.stdout + bad.stderr
+
+
+def test_normalize_apply_and_output_settings_reuse_pieces(ws: Path) -> None:
+    first = run_prepare(ws / "prep.yaml", jobs=1, show_progress=False)
+    _spec(ws, **{"normalize: store": "normalize: apply", "compression: lzf": "compression: gzip"})
+    res = run_prepare(ws / "prep.yaml", jobs=1, show_progress=False)
+    assert res.chunks_computed == 0 and res.shards_written == len(first.manifest["shards"])
+    train = _rows(ws / "out", "train")[:, :-1]
+    varying = train.std(axis=0) > 0
+    np.testing.assert_allclose(train.mean(axis=0), 0, atol=1e-4)
+    np.testing.assert_allclose(train.std(axis=0)[varying], 1, rtol=1e-3)
+    with h5py.File(_shards(ws / "out", "val")[0]) as fh:
+        assert fh.attrs["normalized"] and fh["x"].compression == "gzip"
+        np.testing.assert_allclose(fh.attrs["norm_mean"], res.manifest["norm"]["mean"], rtol=1e-6)

@@ -62,8 +62,8 @@ def test_good_spec_resolves_paths(folder: Path) -> None:
 
 def test_unknown_key_is_refused_with_its_line(folder: Path) -> None:
     problems = _problems(folder, GOOD.replace("  chunk_size: 1000", "  chunk_sise: 1000"))
-    assert problems == [f"{folder / 'prep.yaml'}:5: inputs.chunk_sise: unknown key; remove it or "
-                        "check its spelling (see docs/prepare.md)"]
+    assert problems == [(f"{folder / 'prep.yaml'}:5: inputs.chunk_sise: unknown key; remove it "
+                         "or check its spelling (see docs/prepare.md)")]
 
 
 def test_fractions_must_sum_to_one(folder: Path) -> None:
