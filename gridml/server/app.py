@@ -69,6 +69,7 @@ def create_app(store: SqlStore, *, open_reads: bool = True) -> FastAPI:
     """The metrics API on ``store``. ``open_reads``: GET routes work without a token (local use,
     dashboard); a ``gridml serve`` for a group turns it off and every read needs a token."""
     from gridml.server import metrics
+    from gridml.server.ingest import EpochBatcher
     from gridml.server.routes import dashboard, studies, system, trials
 
     app = FastAPI(title="gridml metrics API", version="1", default_response_class=SafeJSON,
@@ -76,6 +77,8 @@ def create_app(store: SqlStore, *, open_reads: bool = True) -> FastAPI:
                               "for gridml campaigns. Auth: `Authorization: Bearer <token>`.")
     app.state.store = store
     app.state.open_reads = open_reads
+    app.state.token_cache = {}
+    app.state.batcher = EpochBatcher(store)
     for router in (studies.router, trials.router, system.router, dashboard.router):
         app.include_router(router)
     _install_errors(app)

@@ -4,14 +4,19 @@ Rules: a study token may read and write its own study and its trials; a trial to
 only its own trial (epochs, heartbeat, finish) and read its own study. Any other study or trial:
 403. No or unknown token: 401, unless the app was created with ``open_reads`` and the request
 only reads.
+
+Known tokens are cached per process for ``TOKEN_TTL`` seconds (the hot path does no token query);
+a token revoked by ``issue_trial_token`` may thus still work that long in another process.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
 from gridml.server.db import SqlStore
 from gridml.store import Study, Trial
@@ -23,11 +28,29 @@ class Principal:
     trial_id: int | None = None
 
 
-def get_store(request: Request) -> SqlStore:
+TOKEN_TTL = 10.0
+_CACHE_MAX = 100_000
+
+
+async def get_store(request: Request) -> SqlStore:
     return request.app.state.store  # type: ignore[no-any-return]
 
 
-def principal(request: Request, store: Annotated[SqlStore, Depends(get_store)]) -> Principal:
+async def _resolve(request: Request, store: SqlStore, token: str) -> tuple[int, int | None] | None:
+    cache: dict[str, tuple[float, tuple[int, int | None]]] = request.app.state.token_cache
+    now = time.monotonic()
+    hit = cache.get(token)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    found = await run_in_threadpool(store.resolve_token, token)
+    if found is not None:
+        if len(cache) >= _CACHE_MAX:
+            cache.clear()
+        cache[token] = (now + TOKEN_TTL, found)
+    return found
+
+
+async def principal(request: Request, store: Annotated[SqlStore, Depends(get_store)]) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -35,7 +58,7 @@ def principal(request: Request, store: Annotated[SqlStore, Depends(get_store)]) 
             return Principal(None)
         raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <study or "
                                  "trial token>' (the study token is printed by `gridml submit`)")
-    found = store.resolve_token(token.strip())
+    found = await _resolve(request, store, token.strip())
     if found is None:
         raise HTTPException(401, "unknown or revoked token")
     return Principal(*found)

@@ -232,3 +232,18 @@ def test_several_processes_share_one_database(store, store_url):
     trials = store.list_trials(study.id)
     assert sorted(t.number for t in trials) == list(range(45))
     assert all(t.epochs_done == 1 for t in trials)
+
+
+def test_record_epochs_in_one_batch(store):
+    """The server's group commit: new, repeated, conflicting and unknown in one transaction."""
+    study = store.create_study("demo", {}, "h")
+    a, b = store.create_trial(study.id, {}), store.create_trial(study.id, {})
+    store.record_epoch(a.id, report(1))
+    results = store.record_epochs([(a.id, report(1)), (a.id, report(2)), (b.id, report(1)),
+                                   (a.id, report(2)), (a.id, report(2, loss=0.9)),
+                                   (a.id, report(1, loss=0.7)), (999, report(1))])
+    assert results[:4] == [False, True, True, False]
+    assert isinstance(results[4], ConflictError) and isinstance(results[5], ConflictError)
+    assert isinstance(results[6], NotFoundError)
+    assert store.get_trial(a.id).epochs_done == 2 and store.get_trial(b.id).epochs_done == 1
+    assert [e.epoch for e in store.list_epochs(a.id)] == [1, 2]

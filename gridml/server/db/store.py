@@ -15,8 +15,8 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gridml.errors import ConflictError, NotFoundError, StoreError
-from gridml.server.db import convert
+from gridml.errors import ConflictError, GridmlError, NotFoundError, StoreError
+from gridml.server.db import convert, epochs_sql
 from gridml.server.db.convert import utcnow
 from gridml.server.db.engine import make_engine, migrate, writer
 from gridml.server.db.models import EpochRow, OutputRow, StudyRow, TokenRow, TrialRow
@@ -142,7 +142,9 @@ class SqlStore:
 
     def _insert_trial(self, s: Session, study_id: int, hparams: dict[str, Any], source: str,
                       state: str) -> TrialRow:
-        self._study_row(s, study_id)
+        locked = s.scalar(select(StudyRow.id).where(StudyRow.id == study_id).with_for_update())
+        if locked is None:  # (FOR UPDATE: PostgreSQL numbers one trial of a study at a time)
+            self._study_row(s, study_id)
         number = s.scalar(select(func.coalesce(func.max(TrialRow.number) + 1, 0))
                           .where(TrialRow.study_id == study_id))
         row = TrialRow(study_id=study_id, number=number, hparams=hparams, state=state,
@@ -228,34 +230,26 @@ class SqlStore:
     # -- epochs --------------------------------------------------------------------------------
     def record_epoch(self, trial_id: int, report: EpochReport) -> bool:
         """Store one epoch; idempotent on (trial, epoch). Same body: False; other body: 409."""
-        body = convert.canonical_epoch(report)
-        digest = convert.body_hash(body)
-        try:
-            with self._write() as s:
-                return self._record(s, trial_id, report.epoch, body, digest)
-        except IntegrityError:  # a concurrent writer stored this epoch first (PostgreSQL)
-            with self._write() as s:
-                return self._record(s, trial_id, report.epoch, body, digest)
+        (result,) = self.record_epochs([(trial_id, report)])
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
-    def _record(self, s: Session, trial_id: int, epoch: int, body: dict[str, Any],
-                digest: str) -> bool:
-        stored = s.scalar(select(EpochRow.body_hash).where(EpochRow.trial_id == trial_id,
-                                                           EpochRow.epoch == epoch))
-        if stored is not None:
-            if stored == digest:
-                return False
-            raise ConflictError(f"trial {trial_id} epoch {epoch} was already reported with "
-                                "different metrics", hint="reports are write-once; "
-                                "resend the original body or report the next epoch")
-        row = self._trial_row(s, trial_id)
-        now = utcnow()
-        s.add(EpochRow(trial_id=trial_id, epoch=epoch, body=convert.encode_body(body),
-                       body_hash=digest, created=now))
-        s.flush()
-        row.epochs_done = max(row.epochs_done or 0, epoch)
-        row.last_heartbeat = now
-        _mark_running(row, now)
-        return True
+    def record_epochs(self, items: list[tuple[int, EpochReport]]) -> list[bool | GridmlError]:
+        """Many ``record_epoch`` calls in one transaction (the server's group commit).
+
+        Returns, per item, True (stored), False (same body stored before) or the error
+        (NotFoundError, ConflictError) that ``record_epoch`` would raise for it."""
+        prepared = []
+        for trial_id, report in items:
+            body = convert.canonical_epoch(report)
+            prepared.append((trial_id, report.epoch, body, convert.body_hash(body)))
+        try:
+            with self._writer.begin() as conn:
+                return epochs_sql.record_many(conn, prepared, utcnow())
+        except IntegrityError:  # PostgreSQL: another worker stored one of these first; redo
+            with self._writer.begin() as conn:
+                return epochs_sql.record_many(conn, prepared, utcnow())
 
     def list_epochs(self, trial_id: int) -> list[EpochReport]:
         with self._read() as s:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Response
 from fastapi.responses import FileResponse
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
@@ -15,6 +15,11 @@ FILES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 @router.get("/")
 def page() -> FileResponse:
     return FileResponse(HERE / "index.html", media_type="text/html")
+
+
+@router.get("/favicon.ico")
+def favicon() -> Response:
+    return Response(status_code=204)
 
 
 @router.get("/static/{name}")

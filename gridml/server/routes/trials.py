@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from gridml.errors import ConflictError
 from gridml.server import metrics, searching
@@ -26,6 +27,11 @@ def _writable(store: Store, trial: int, who: Principal) -> None:
     can_write_trial(who, trial, store.get_trial(trial).study_id)
 
 
+async def _writable_async(store: Store, trial: int, who: Principal) -> None:
+    if who.trial_id != trial:
+        await run_in_threadpool(_writable, store, trial, who)
+
+
 @router.get("/{trial}", response_model=TrialOut)
 def get_trial(trial: TrialId, store: Store, who: Who) -> TrialOut:
     found = store.get_trial(trial)
@@ -34,11 +40,12 @@ def get_trial(trial: TrialId, store: Store, who: Who) -> TrialOut:
 
 
 @router.post("/{trial}/epochs", response_model=EpochAck)
-def post_epoch(trial: TrialId, body: EpochIn, store: Store, who: Who,
-               response: Response) -> EpochAck:
-    """One epoch's report; a repeat of the same body is a no-op (200), another body is 409."""
-    _writable(store, trial, who)
-    stored = store.record_epoch(trial, body.report())
+async def post_epoch(trial: TrialId, body: EpochIn, store: Store, who: Who, request: Request,
+                     response: Response) -> EpochAck:
+    """One epoch's report; a repeat of the same body is a no-op (200), another body is 409.
+    Answered after the report is committed (group commit with concurrent reports)."""
+    await _writable_async(store, trial, who)
+    stored = await request.app.state.batcher.record(trial, body.report())
     response.status_code = 201 if stored else 200
     (metrics.REPORTS if stored else metrics.REPEATS).inc()
     return EpochAck(trial_id=trial, epoch=body.epoch, stored=stored)
