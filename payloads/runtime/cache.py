@@ -43,6 +43,7 @@ class BlockCache:
             compression = "none"
         self.budget, self.compression = int(budget_bytes), compression
         self.used = self.hits = self.misses = 0
+        self.full = False
         self._d: dict[Hashable, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
@@ -64,11 +65,18 @@ class BlockCache:
             entry = {k: _pack(v) for k, v in arrays.items()}
         size = sum(_nbytes(v) for v in entry.values())
         with self._lock:
-            if key in self._d or self.used + size > self.budget:
+            if key in self._d:
+                return False
+            if self.used + size > self.budget:
+                self.full = True
                 return False
             self._d[key] = entry
             self.used += size
         return True
+
+    def has_room(self) -> bool:
+        """Whether another block may still fit (a full cache stops copying blocks for itself)."""
+        return self.budget > 0 and self.used < self.budget and not self.full
 
     def stats(self) -> dict[str, Any]:
         total = self.hits + self.misses

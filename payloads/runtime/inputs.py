@@ -1,10 +1,15 @@
-"""The input pipeline: each rank's shuffled shard, read ahead in a background thread.
+"""The input pipeline: each rank's shuffled shard, read ahead in background threads.
 
-A producer thread walks the epochs in the order :mod:`payloads.runtime.plan` fixes (so it reads
-exactly the blocks training will need next: clairvoyant prefetch), takes blocks from the RAM
-cache or reads them as whole chunks, shuffles rows within windows, cuts batches and puts them
-in a bounded queue (``prefetch`` batches deep). Training takes batches from the queue; the time
-it spends blocked there is the input wait reported per epoch.
+Three stages, bounded queues between them:
+
+1. reader thread: walks the epochs in the order :mod:`payloads.runtime.plan` fixes, so it
+   reads exactly the blocks training needs next (clairvoyant prefetch), and fills a window
+   buffer (reused, no page faults) with whole-chunk reads, or copies from the RAM cache;
+2. shuffle thread: permutes the window's rows (``np.take``, which releases the GIL) and cuts
+   the result into *slabs* of k batches (views: ``(k, batch, ...)``);
+3. consumer (training): takes slabs; the time it is blocked there is the input wait.
+
+The reader holds h5py's lock (and the GIL) while it reads; the shuffle runs meanwhile.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -20,8 +25,13 @@ from payloads.runtime import plan
 from payloads.runtime.cache import BlockCache
 from payloads.runtime.h5source import H5Source
 
-Batch = tuple[Any, np.ndarray]
+Arrays = dict[str, np.ndarray]
 _END = object()
+
+
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 class ShardedLoader:
@@ -31,10 +41,11 @@ class ShardedLoader:
                  rank: int = 0, ranks: int = 1, seed: int = 0, shuffle: bool = True,
                  window: int = 8, prefetch: int = 4, cache: BlockCache | None = None) -> None:
         self.src, self.features, self.labels = source, list(features), labels
+        self.names = self.features + [labels]
         self.batch, self.rank, self.ranks, self.seed = int(batch), rank, ranks, seed
-        self.shuffle, self.window, self.prefetch = shuffle, window, max(1, prefetch)
+        self.shuffle, self.window, self.prefetch = shuffle, max(1, window), max(1, prefetch)
         self.cache = cache or BlockCache(0)
-        self.wait_s = 0.0          # time the consumer spent blocked on the next batch
+        self.wait_s = 0.0          # time the consumer spent blocked on the next slab
         self.batches_out = self.samples_out = 0
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -52,60 +63,130 @@ class ShardedLoader:
         order = plan.block_order(len(self.src.blocks), self.seed, epoch, self.shuffle)
         return plan.rank_pieces(self.src.blocks, order, self.rank, self.ranks)
 
-    # --- producing ------------------------------------------------------------------------
-    def _block(self, index: int) -> dict[str, np.ndarray]:
-        key = (id(self.src), index)
-        arrays = self.cache.get(key)
-        if arrays is None:
-            arrays = self.src.read(self.src.blocks[index])
-            self.cache.put(key, arrays)
-        return arrays
+    # --- stage 1: read windows ------------------------------------------------------------
+    def _new_buffer(self) -> Arrays:
+        rows = self.window * self.src.block_rows
+        return {n: np.empty((rows, *self.src.row_shapes[n]), self.src.dtypes[n])
+                for n in self.names}
 
-    def _window_rows(self, pieces: list[plan.Piece]) -> dict[str, np.ndarray]:
-        parts = [(self._block(p.block), p) for p in pieces]
-        return {n: np.concatenate([a[n][p.lo:p.hi] for a, p in parts])
-                for n in self.features + [self.labels]}
+    def _fill(self, group: list[plan.Piece], buf: Arrays) -> int:
+        """Read the pieces of one window into ``buf``; returns the number of rows."""
+        at = 0
+        for p in group:
+            key = (id(self.src), p.block)
+            block = self.cache.get(key) if self.cache.budget else None
+            if block is None and self.cache.has_room():
+                block = self.src.read(self.src.blocks[p.block])
+                self.cache.put(key, block)
+            if block is None:
+                self.src.read_into(self.src.blocks[p.block], p.lo, p.hi, buf, at)
+            else:
+                for n in self.names:
+                    buf[n][at:at + p.rows] = block[n][p.lo:p.hi]
+            at += p.rows
+        return at
 
-    def epoch_batches(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
-        """The batches of ``epoch`` for this rank, synchronously (the producer's body)."""
-        carry: dict[str, np.ndarray] | None = None
-        for w, group in enumerate(plan.windows(self.pieces(epoch), self.window)):
-            rows = self._window_rows(group)
-            if self.shuffle:
-                perm = plan.row_permutation(len(rows[self.labels]), self.seed, epoch, self.rank, w)
-                rows = {n: a[perm] for n, a in rows.items()}
-            if carry is not None:
-                rows = {n: np.concatenate([carry[n], a]) for n, a in rows.items()}
-            n = len(rows[self.labels]) // self.batch * self.batch
-            for s in range(0, n, self.batch):
-                yield {k: a[s:s + self.batch] for k, a in rows.items()}
-            carry = {k: a[n:] for k, a in rows.items()}
+    def _read_stage(self, epochs: list[int], free: queue.Queue, out: queue.Queue) -> None:
+        for epoch in epochs:
+            for w, group in enumerate(plan.windows(self.pieces(epoch), self.window)):
+                buf = self._get(free)
+                if buf is None:
+                    return
+                n = self._fill(group, buf)
+                if not self._put(out, (epoch, w, buf, n)):
+                    return
+
+    # --- stage 2: shuffle and cut -----------------------------------------------------------
+    def _shuffle_stage(self, windows: queue.Queue, free: queue.Queue, out: queue.Queue) -> None:
+        carry: Arrays | None = None
+        epoch_now = None
+        while (item := self._get(windows)) is not None and item is not _END:
+            epoch, w, buf, n = item
+            if epoch != epoch_now and carry is not None:  # the last partial batch of an epoch
+                if len(carry[self.labels]) and not self._put(out, _slab1(carry)):
+                    return
+                carry = None
+            epoch_now = epoch
+            if self.shuffle:  # np.take: ~3x faster than fancy indexing, and GIL-free
+                perm = plan.row_permutation(n, self.seed, epoch, self.rank, w)
+                rows = {k: np.take(a[:n], perm, axis=0) for k, a in buf.items()}
+            else:
+                rows = {k: a[:n].copy() for k, a in buf.items()}
+            free.put(buf)
+            carry, slabs = self._cut(carry, rows)
+            for s in slabs:
+                if not self._put(out, s):
+                    return
         if carry is not None and len(carry[self.labels]):
-            yield carry
+            self._put(out, _slab1(carry))
 
-    def _produce(self, epochs: Iterable[int], q: queue.Queue) -> None:
+    def _cut(self, carry: Arrays | None, rows: Arrays) -> tuple[Arrays | None, list[Arrays]]:
+        """Full batches from ``carry`` + ``rows`` as slabs (k, batch, ...), and the rest."""
+        out, start, b = [], 0, self.batch
+        total = len(rows[self.labels])
+        if carry is not None and len(carry[self.labels]):
+            need = b - len(carry[self.labels])
+            if total < need:
+                return {k: np.concatenate([carry[k], a]) for k, a in rows.items()}, out
+            out.append({k: np.concatenate([carry[k], a[:need]])[None] for k, a in rows.items()})
+            start = need
+        k_full = (total - start) // b
+        end = start + k_full * b
+        if k_full:
+            out.append({k: a[start:end].reshape(k_full, b, *a.shape[1:]) for k, a in rows.items()})
+        return {k: a[end:] for k, a in rows.items()}, out
+
+    # --- plumbing ---------------------------------------------------------------------------
+    def _put(self, q: queue.Queue, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                q.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _get(self, q: queue.Queue) -> Any:
+        while not self._stop.is_set():
+            try:
+                return q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+        return None
+
+    def _guard(self, fn: Callable[..., None], out: queue.Queue, *args: Any) -> None:
+        """Run a stage; an error travels downstream to the consumer, which raises it."""
         try:
-            for epoch in epochs:
-                for b in self.epoch_batches(epoch):
-                    while not self._stop.is_set():
-                        try:
-                            q.put(b, timeout=0.2)
-                            break
-                        except queue.Full:
-                            continue
-                    if self._stop.is_set():
-                        return
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
-            self.error = e
-        q.put(_END)
+            fn(*args)
+            self._put(out, _END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self._put(out, _Failed(e))
 
-    # --- consuming ------------------------------------------------------------------------
-    def batches(self, epochs: Iterable[int]) -> Iterator[Batch]:
-        """Yield (features, labels) for ``epochs`` while a thread reads ahead."""
-        q: queue.Queue = queue.Queue(maxsize=self.prefetch)
-        t = threading.Thread(target=self._produce, args=(list(epochs), q),
-                             name=f"gridml-loader-r{self.rank}", daemon=True)
-        t.start()
+    def _queue_depth(self) -> int:
+        """Slabs in flight: at least ``prefetch`` batches ahead, never fewer than 2 slabs."""
+        per_slab = max(1, self.window * self.src.block_rows // self.batch)
+        return max(2, -(-self.prefetch // per_slab))
+
+    def _start(self, epochs: list[int]) -> tuple[queue.Queue, list[threading.Thread]]:
+        free: queue.Queue = queue.Queue()
+        for _ in range(3):
+            free.put(self._new_buffer())
+        windows: queue.Queue = queue.Queue(maxsize=2)
+        slabs: queue.Queue = queue.Queue(maxsize=self._queue_depth())
+        stages = [(self._read_stage, windows, (epochs, free, windows)),
+                  (self._shuffle_stage, slabs, (windows, free, slabs))]
+        threads = [threading.Thread(target=self._guard, args=(fn, out, *args), daemon=True,
+                                    name=f"gridml-{fn.__name__.strip('_')}-r{self.rank}")
+                   for fn, out, args in stages]
+        for t in threads:
+            t.start()
+        return slabs, threads
+
+    # --- stage 3: the consumer ----------------------------------------------------------------
+    def slabs(self, epochs: Iterable[int]) -> Iterator[Arrays]:
+        """Yield the slabs of ``epochs`` while the stages read ahead; times the waits."""
+        self._stop.clear()
+        q, threads = self._start(list(epochs))
         try:
             while True:
                 t0 = time.perf_counter()
@@ -113,33 +194,49 @@ class ShardedLoader:
                 self.wait_s += time.perf_counter() - t0
                 if item is _END:
                     break
-                yield self._as_xy(item)
+                if isinstance(item, _Failed):
+                    self.error = item.error
+                    raise item.error
+                self.batches_out += item[self.labels].shape[0]
+                self.samples_out += item[self.labels].shape[0] * item[self.labels].shape[1]
+                yield item
         finally:
             self._stop.set()
-            t.join(5.0)
-            self._stop.clear()
-        if self.error is not None:
-            raise self.error
+            for t in threads:
+                t.join(5.0)
 
-    def _as_xy(self, b: dict[str, np.ndarray]) -> Batch:
-        self.batches_out += 1
-        self.samples_out += len(b[self.labels])
+    def batches(self, epochs: Iterable[int]) -> Iterator[tuple[Any, Any]]:
+        """Yield (features, labels) batches of ``epochs``."""
+        for slab in self.slabs(epochs):
+            for i in range(len(slab[self.labels])):
+                yield self.xy({k: a[i] for k, a in slab.items()})
+
+    def epoch_batches(self, epoch: int) -> Iterator[Arrays]:
+        """The batches of one epoch as dicts (for tests and tools)."""
+        for slab in self.slabs([epoch]):
+            for i in range(len(slab[self.labels])):
+                yield {k: a[i] for k, a in slab.items()}
+
+    def xy(self, b: dict[str, Any]) -> tuple[Any, Any]:
         x = tuple(b[f] for f in self.features)
         return (x[0] if len(x) == 1 else x), b[self.labels]
 
 
+def _slab1(rows: Arrays) -> Arrays:
+    return {k: a[None] for k, a in rows.items()}
+
+
 def tf_dataset(loader: ShardedLoader, epochs: Iterable[int] | None, options: Any) -> Any:
-    """A ``tf.data.Dataset`` over ``loader.batches(epochs)`` (``None``: one unshuffled pass,
-    restarted whenever Keras iterates it again, as it does for validation)."""
+    """A ``tf.data.Dataset`` of (features, labels) batches over ``loader.slabs(epochs)``
+    (``None``: one unshuffled pass, restarted whenever Keras iterates it again, as it does
+    for validation). A slab crosses into TensorFlow as one tensor and is cut into batches in
+    C++ (``from_tensor_slices``): one Python call per slab instead of one per batch."""
     import tensorflow as tf
 
     src = loader.src
-    spec = [tf.TensorSpec((None, *src.row_shapes[f]), tf.as_dtype(src.dtypes[f]))
-            for f in loader.features]
-    x_spec = spec[0] if len(spec) == 1 else tuple(spec)
-    y_spec = tf.TensorSpec((None, *src.row_shapes[loader.labels]),
-                           tf.as_dtype(src.dtypes[loader.labels]))
+    spec = {n: tf.TensorSpec((None, None, *src.row_shapes[n]), tf.as_dtype(src.dtypes[n]))
+            for n in loader.names}
     eps = list(epochs) if epochs is not None else [0]
-    ds = tf.data.Dataset.from_generator(lambda: loader.batches(eps),
-                                        output_signature=(x_spec, y_spec))
+    ds = tf.data.Dataset.from_generator(lambda: loader.slabs(eps), output_signature=spec)
+    ds = ds.flat_map(tf.data.Dataset.from_tensor_slices).map(loader.xy)
     return ds.with_options(options)
