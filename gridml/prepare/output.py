@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gridml.errors import DataError
+from gridml.errors import DataError, UsageError
 from gridml.prepare import inputs as inp
 from gridml.prepare import shards
 from gridml.prepare.pool import Pool, progress
@@ -16,6 +18,22 @@ from gridml.prepare.spec import PrepSpec
 
 MANIFEST = "manifest.json"
 NORM = "norm.json"
+
+
+@contextmanager
+def locked(out_dir: Path) -> Iterator[None]:
+    """One `gridml prepare` at a time per output folder (an flock, released on exit or crash)."""
+    import fcntl
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"another `gridml prepare` is writing to {out_dir}",
+                             hint="wait for it to finish, or give this spec another output.dir"
+                             ) from None
+        yield
 
 
 def read_manifest(out_dir: Path) -> dict[str, Any] | None:

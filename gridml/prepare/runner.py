@@ -128,15 +128,15 @@ def run_prepare(spec_path: str | Path, *, jobs: int = 0, dataset: str | None = N
     backend = backend or spec.model.backend or settings().data_backend
     dataset = dataset or spec.model.output.dataset
     cache = cache_root(cache_dir)
-    with Pool(jobs) as pool:  # workers start only when there is work for them
+    with output.locked(spec.out_dir), Pool(jobs) as pool:  # workers start only if needed
         files = _describe(spec, cache, backend, rehash, pool)
         t_inputs = time.perf_counter() - t0
         result = _plan_and_build(spec, pool, files, cache, force, show_progress)
-    result.timings = {"inputs": t_inputs, **result.timings}
-    if dataset:
-        from gridml.prepare.register import register
+        result.timings = {"inputs": t_inputs, **result.timings}
+        if dataset:
+            from gridml.prepare.register import register
 
-        result.datasets = register(spec.out_dir, result.manifest, dataset, backend)
+            result.datasets = register(spec.out_dir, result.manifest, dataset, backend)
     result.seconds = time.perf_counter() - t0
     return result
 

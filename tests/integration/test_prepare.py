@@ -254,3 +254,16 @@ def test_normalize_apply_and_output_settings_reuse_pieces(ws: Path) -> None:
     with h5py.File(_shards(ws / "out", "val")[0]) as fh:
         assert fh.attrs["normalized"] and fh["x"].compression == "gzip"
         np.testing.assert_allclose(fh.attrs["norm_mean"], res.manifest["norm"]["mean"], rtol=1e-6)
+
+
+def test_one_run_per_output_folder(ws: Path) -> None:
+    import fcntl
+
+    from gridml.errors import UsageError
+
+    (ws / "out").mkdir()
+    with open(ws / "out" / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        with pytest.raises(UsageError, match="another `gridml prepare` is writing to"):
+            run_prepare(ws / "prep.yaml", jobs=1, show_progress=False)
+    assert run_prepare(ws / "prep.yaml", jobs=1, show_progress=False).chunks_computed == 9
