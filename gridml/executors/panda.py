@@ -224,6 +224,8 @@ class PandaExecutor:
             return TaskStatus("unknown", str(exc))
         state = trial_state(status)
         message = f"PanDA task {task_id} is {status}"
+        if state in ("completed", "failed", "killed"):
+            message += _job_summary(task_id)
         if state == "completed":
             return self._completed(params, task_id, output_dir, message)
         if state in ("failed", "killed"):
@@ -240,8 +242,9 @@ class PandaExecutor:
                    message: str) -> TaskStatus:
         try:
             stored = collect_outputs(self._data_for(params), params, task_id, output_dir)
-        except GridmlError as exc:
-            return TaskStatus("failed", f"{message}, but its outputs could not be fetched: {exc}")
+        except GridmlError as exc:  # the data store is unreachable: try again at the next poll
+            log.warning("task %d: outputs not fetched yet: %s", task_id, exc)
+            return TaskStatus("unknown", f"{message}, but its outputs could not be fetched yet: {exc}")
         if not stored:
             return TaskStatus("failed", f"{message}, but it stored no outputs",
                               log_tail=self._log_tail(params, task_id))
@@ -274,6 +277,17 @@ class PandaExecutor:
     def close(self) -> None:
         """Nothing runs here: grid tasks go on (Ctrl-C kills them through ``kill`` first)."""
         self._tasks.clear()
+
+
+def _job_summary(task_id: int) -> str:
+    """`` (jobs: failed*1, PandaID 5002)`` from getJediTaskDetails, or '' if it cannot be had."""
+    try:
+        details = pc.task_details(task_id)
+    except GridmlError:
+        return ""
+    ids = ", ".join(str(i) for i in sorted(details.get("PandaID") or []))
+    stats = details.get("statistics") or "no statistics"
+    return f" (jobs: {stats}; PandaID {ids or 'none'})"
 
 
 def task_id_of(handle: str) -> int:

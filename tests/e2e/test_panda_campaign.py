@@ -1,6 +1,8 @@
 """A whole campaign through PanDA: 4 trials x 2 Horovod ranks x 2 epochs, real panda-client.
 
-The PanDA double plays JEDI and the pilot: every trial's task is defined from its parameters, its
+``gridml submit spec.yaml`` runs in its own process, as a user runs it, with
+``backend.executor: panda`` and PANDA_URL_SSL pointing at the PanDA double in this process, which
+plays JEDI and the pilot: every trial's task is defined from its parameters, its
 job stages the input files in from the local store, runs the pilot wrapper and the real Keras +
 Horovod payload, and stages the outputs out into the task's output datasets, from where the
 executor fetches metrics and results and ``gridml fetch`` gets the best model. The first job
@@ -27,9 +29,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.service]
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from gridml.server.embedded import EmbeddedServer
-    from gridml.settings import settings
-
     tmp = tmp_path_factory.mktemp("panda-campaign")
     mp = pytest.MonkeyPatch()
     mp.setenv("GRIDML_HOME", str(tmp / "home"))
@@ -39,10 +38,9 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         for key, value in panda.client_env().items():
             mp.setenv(key, value)
         panda.jedi.fail_next = 1  # the first job's worker node goes away
-        with EmbeddedServer(settings().db_url) as server:
-            c = make_campaign(spec, api_url=server.url, poll_s=1.0)
-            c.run()
-        yield {"tmp": tmp, "campaign": c, "panda": panda}
+        proc = gridml("submit", str(spec), "--quiet", timeout=1500)
+        c = make_campaign(spec)  # the same study, read back from the store
+        yield {"tmp": tmp, "campaign": c, "panda": panda, "submit": proc}
     mp.undo()
 
 
@@ -87,6 +85,7 @@ def test_outputs_were_staged_out_by_the_pilot_and_recorded(campaign: dict[str, A
 def test_the_best_model_is_fetched_and_predicts(campaign: dict[str, Any]) -> None:
     env = {"GRIDML_HOME": str(campaign["tmp"] / "home")}
     best = gridml_json("best", "grid", env=env)
+    assert f"best trial {best['number']}" in campaign["submit"].stdout
     c = campaign["campaign"]
     objectives = [t.objective for t in c.store.list_trials(c.study.id)]
     assert best["objective"] == min(objectives)
