@@ -55,11 +55,16 @@ start() {
   local state; state="$(mkdir -p "$1" && cd "$1" && pwd)"
   install
   local port="${2:-}"
+  if [ -n "$port" ] && [ -f "$state/server.json" ] && [ "$port" != "$(port_of "$state")" ]; then
+    rm -f "$state/.provisioned"  # another port: rewrite the configs
+  fi
   [ -z "$port" ] && [ -f "$state/server.json" ] && port="$(port_of "$state")"
   [ -z "$port" ] && port="$(free_port)"
   if pid_alive "$state" && ping_ok "$port"; then env_lines "$state"; return 0; fi
-  "$venv/bin/python" "$here/rucio/harness.py" configure "$state" "$port"
-  RUCIO_CONFIG="$state/server/rucio.cfg" "$venv/bin/python" "$here/rucio/harness.py" bootstrap "$state"
+  if [ ! -f "$state/.provisioned" ]; then  # a restart reuses configs, database and accounts
+    "$venv/bin/python" "$here/rucio/harness.py" setup "$state" "$port"
+    touch "$state/.provisioned"
+  fi
   RUCIO_CONFIG="$state/server/rucio.cfg" setsid "$venv/bin/gunicorn" \
       --bind "127.0.0.1:$port" --workers 1 --threads 1 --timeout 120 \
       --log-file "$state/logs/gunicorn.log" \
@@ -82,9 +87,8 @@ stop() {
 
 daemons() {  # bring rule/replica state and account usage up to date, then return
   local state; state="$(cd "$1" && pwd)"
-  for d in rucio-judge-evaluator rucio-abacus-account rucio-abacus-rse rucio-abacus-collection-replica; do
-    RUCIO_CONFIG="$state/server/rucio.cfg" "$venv/bin/$d" --run-once >>"$state/logs/daemons.log" 2>&1
-  done
+  RUCIO_CONFIG="$state/server/rucio.cfg" "$venv/bin/python" "$here/rucio/harness.py" daemons "$state" \
+      >>"$state/logs/daemons.log" 2>&1
 }
 
 env_lines() {

@@ -51,11 +51,14 @@ class RucioStore:
     def __init__(self, *, rse: str | None = None, lifetime: int | None = None) -> None:
         _refuse_server_config()
         from rucio.client import Client
+        from rucio.common.config import clean_cached_config
+
+        clean_cached_config()  # rucio caches its config per process: honour today's RUCIO_CONFIG
 
         self.default_rse = rse or os.environ.get("GRIDML_RUCIO_RSE") or None
         self.lifetime = lifetime
-        self.client = call(Client, action="connect to", did=None, where="Rucio",
-                           account=os.environ.get("RUCIO_ACCOUNT"))
+        self.client = call(lambda: Client(logger=_client_logger()), action="connect to", did=None,
+                           where="Rucio", account=os.environ.get("RUCIO_ACCOUNT"))
         self._server_json_meta: bool | None = None  # learnt on first set_metadata
 
     @property
@@ -240,6 +243,14 @@ class RucioStore:
         from gridml.settings import settings
 
         return SideMetadata(settings().home / "rucio-metadata.sqlite", str(self.client.host))
+
+
+def _client_logger() -> logging.Logger:
+    """rucio's client logs every failed connection as ERROR before we retry; keep it quiet
+    (gridml reports retries and the final error itself). GRIDML_RUCIO_DEBUG=1 shows it all."""
+    logger = logging.getLogger("gridml.data.rucio.client")
+    logger.setLevel(logging.DEBUG if os.environ.get("GRIDML_RUCIO_DEBUG") else logging.CRITICAL)
+    return logger
 
 
 def _hex8(value: Any) -> str:

@@ -11,11 +11,12 @@ failures with exponential backoff and translates Rucio's exceptions, once, into 
     RSENotFound, InvalidRSEExpression                -> DataError: --rse / GRIDML_RUCIO_RSE
     FileConsistencyMismatch, ChecksumCalculation...  -> ChecksumError
     ServerConnectionException, ServiceUnavailable,
-    requests ConnectionError/Timeout, HTTP 5xx (*)   -> retried, then DataError: server down
+    requests ConnectionError/Timeout, HTTP 502-504   -> retried (*), then DataError: server down
     ConfigNotFound                                   -> DataError: set RUCIO_CONFIG
     any other RucioException                         -> DataError with Rucio's own words
-(*) retried: the transient ones. Settings: $GRIDML_RUCIO_RETRIES (default 5) and
-$GRIDML_RUCIO_BACKOFF (first wait in seconds, default 0.5, doubled each time).
+(*) retried: the transient ones. Settings: $GRIDML_RUCIO_RETRIES (default 6) and
+$GRIDML_RUCIO_BACKOFF (first wait in seconds, default 0.5, doubled each time up to 10 s: about
+25 s in all before giving up).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gridml.data.common import not_found
 from gridml.errors import ChecksumError, DataError, GridmlError
 
 T = TypeVar("T")
+MAX_WAIT_S = 10.0  # backoff doubles up to this
 log = logging.getLogger("gridml.data.rucio")
 
 TRANSIENT = {"ServerConnectionException", "ServiceUnavailable", "ResourceTemporaryUnavailable",
@@ -97,14 +99,16 @@ def translate(exc: BaseException, *, action: str, did: DID | str | None, where: 
 def is_transient(exc: BaseException) -> bool:
     if type(exc).__name__ in TRANSIENT:
         return True
+    # a gateway that lost the server; a plain 500 is a server-side bug, retrying will not help
     text = str(exc)
-    return type(exc).__name__ == "RucioException" and "http status code: 50" in text
+    return type(exc).__name__ == "RucioException" and any(
+        f"http status code: {code}" in text for code in (502, 503, 504))
 
 
 def call(fn: Callable[[], T], *, action: str, did: DID | str | None, where: str,
          account: str | None = None) -> T:
     """Run one Rucio operation: retry transient failures with backoff, translate the rest."""
-    retries = int(os.environ.get("GRIDML_RUCIO_RETRIES", "5"))
+    retries = int(os.environ.get("GRIDML_RUCIO_RETRIES", "6"))
     wait = float(os.environ.get("GRIDML_RUCIO_BACKOFF", "0.5"))
     for attempt in range(retries + 1):
         try:
@@ -114,7 +118,7 @@ def call(fn: Callable[[], T], *, action: str, did: DID | str | None, where: str,
                 log.warning("%s %s: %s; retrying in %.1f s (%d/%d)", action, did or "",
                             _details(exc), wait, attempt + 1, retries)
                 time.sleep(wait)
-                wait *= 2
+                wait = min(2 * wait, MAX_WAIT_S)
                 continue
             raise translate(exc, action=action, did=did, where=where, account=account) from exc
     raise AssertionError("unreachable")

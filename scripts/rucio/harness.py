@@ -4,8 +4,11 @@ Runs inside the Rucio *server* environment made by scripts/rucio-server.sh (neve
 Commands (STATE is the server's folder: database, configs, RSE storage, logs):
 
     harness.py configure STATE PORT   write server/client configs and passwords (once per STATE)
+    harness.py setup STATE PORT       configure, then bootstrap, in one process
     harness.py bootstrap STATE        schema + base VO + root account, then the test account,
                                       scope, RSE and quota (idempotent)
+    harness.py daemons STATE          judge-evaluator and abacus (account, rse, collection
+                                      replica), one pass each (--run-once)
 
 What it sets up (all names also in STATE/server.json for the tests):
   - SQLite database STATE/rucio.db, schema from Rucio's own helpers (rucio.db.sqla.util);
@@ -14,12 +17,14 @@ What it sets up (all names also in STATE/server.json for the tests):
     add replicas only on RSEs ending USERDISK/SCRATCHDISK/LOCALGROUPDISK/MOCK), 10 GB quota for jdoe;
   - a second RSE ``TINY_SCRATCHDISK`` with a 1 kB quota for jdoe, to test quota errors;
   - the client config (STATE/client/rucio.cfg) has no [database] section: with one, rucio's client
-    code switches to server mode.
+    code switches to server mode; its token file stays in STATE/client (rucio's default is a
+    folder in /tmp shared by every server the account name ever talked to).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -69,6 +74,7 @@ username = {user}
 password = {password}
 account = {account}
 request_retries = 2
+auth_token_file_path = {state}/client/{user}.token
 """
 
 ALEMBIC_INI = """[alembic]
@@ -94,8 +100,10 @@ format = %%(levelname)s [%%(name)s] %%(message)s
 
 def configure(state: Path, port: int) -> None:
     """Write configs (passwords are made once and kept in STATE/server.json)."""
-    import rucio.db.sqla
+    import importlib.util
 
+    spec = importlib.util.find_spec("rucio")  # no import: rucio reads its config when imported
+    assert spec and spec.submodule_search_locations, "rucio (server) is not installed here"
     info_path = state / "server.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {
         "root_password": secrets.token_urlsafe(12), "password": secrets.token_urlsafe(12)}
@@ -104,7 +112,7 @@ def configure(state: Path, port: int) -> None:
                 client_config=str(state / "client" / "rucio.cfg"),
                 root_config=str(state / "client" / "root.cfg"),
                 server_config=str(state / "server" / "rucio.cfg"))
-    migrations = Path(rucio.db.sqla.__file__).parent / "migrate_repo"
+    migrations = Path(spec.submodule_search_locations[0]) / "db" / "sqla" / "migrate_repo"
     for sub in ("server", "client", "logs", "rse"):
         (state / sub).mkdir(parents=True, exist_ok=True)
     fmt = dict(state=state, port=port, migrations=migrations, root_password=info["root_password"])
@@ -166,11 +174,28 @@ def _rse_steps(state: Path, name: str) -> list:
             lambda: rse.add_rse_attribute(name, "type", "SCRATCHDISK", issuer="root")]
 
 
+def daemons() -> None:
+    """One pass of the daemons that bring rules, dataset replicas and account usage up to date,
+    in one process (each rucio-* daemon script would pay Rucio's import time again)."""
+    from rucio.daemons.abacus import account, collection_replica, rse
+    from rucio.daemons.judge import evaluator
+
+    evaluator.run(once=True)
+    for daemon in (account, rse, collection_replica):
+        daemon.run(once=True)
+
+
 if __name__ == "__main__":
     cmd, state_arg = sys.argv[1], Path(sys.argv[2]).resolve()
     if cmd == "configure":
         configure(state_arg, int(sys.argv[3]))
+    elif cmd == "setup":  # configure + bootstrap in one process (one import of rucio)
+        configure(state_arg, int(sys.argv[3]))
+        os.environ["RUCIO_CONFIG"] = str(state_arg / "server" / "rucio.cfg")
+        bootstrap(state_arg)
     elif cmd == "bootstrap":
         bootstrap(state_arg)
+    elif cmd == "daemons":
+        daemons()
     else:
-        sys.exit(f"unknown command {cmd!r}: use configure or bootstrap")
+        sys.exit(f"unknown command {cmd!r}: use configure, setup, bootstrap or daemons")

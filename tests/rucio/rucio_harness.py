@@ -53,8 +53,23 @@ class RucioServer:
         """A copy of the client config with another password (for the wrong-password test)."""
         src = Path(self.info["client_config"]).read_text()
         path = self.state / "client" / f"wrong-{os.getpid()}.cfg"
-        path.write_text(src.replace(f"password = {self.info['password']}", f"password = {password}"))
+        src = src.replace(f"password = {self.info['password']}", f"password = {password}")
+        path.write_text(src.replace("jdoe.token", f"wrong-{os.getpid()}.token"))
         return path
+
+
+def as_root(server: RucioServer, code: str) -> str:
+    """Run ``code`` (Python, with ``client`` = a rucio Client for root) in a subprocess: root's
+    config and token stay out of the test process. Returns its stdout."""
+    import sys
+
+    env = {**os.environ, "RUCIO_CONFIG": server.info["root_config"], "RUCIO_ACCOUNT": "root"}
+    prog = "from rucio.client import Client\nclient = Client()\n" + code
+    proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env,
+                          timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"as_root failed:\n{proc.stderr}")
+    return proc.stdout
 
 
 def _run(*args: str) -> str:
