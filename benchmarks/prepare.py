@@ -6,6 +6,8 @@ On the same input (default 10 ROOT files x 100,000 jets = 1 M events, jagged con
 examples/preprocess.py with padding to 8 constituents) it measures:
   1. a full run with -j 1 and with -j N (each from an empty cache, alternated, best of
      --repeat): events/s and the speedup (goal >= 1.7x for N = 2 on 2 cores);
+     A control prints the speedup of a pure CPU-bound task through the same pool at that
+     moment: on a shared machine that, not the core count, bounds what -j N can give;
   2. a re-run with nothing changed (goal < 1 s), in-process and as a `gridml prepare` command;
   3. a re-run after one of the ten files got new content (goal about 1/10 of the full run);
   4. a re-run after one file was only touched (mtime): re-hashed, nothing recomputed.
@@ -66,6 +68,28 @@ def cli_seconds(spec: Path, jobs: int, home: Path) -> float:
     return time.perf_counter() - t0
 
 
+def _burn(n: int) -> dict:
+    total = 0
+    for i in range(n):
+        total += i * i
+    return {"total": total}
+
+
+def control(jobs: int, tasks: int = 8, n: int = 1_500_000) -> float:
+    """Speedup of a pure CPU-bound task with -j jobs vs 1 through the same pool, right now:
+    what the (shared) machine can give at this moment, to judge the prepare speedup against."""
+    from gridml.prepare.pool import Pool
+
+    seconds = []
+    for j in (1, jobs):
+        with Pool(j) as pool:
+            pool.start()
+            t0 = time.perf_counter()
+            list(pool.run(_burn, [n] * tasks))
+            seconds.append(time.perf_counter() - t0)
+    return seconds[0] / seconds[1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=10)
@@ -96,6 +120,8 @@ def main() -> None:
         rows.append(("full run -j 1", t1, f"{total / t1:,.0f} events/s", ""))
         rows.append((f"full run -j {args.jobs}", tn, f"{total / tn:,.0f} events/s",
                      f"speedup {t1 / tn:.2f}x (goal >= 1.7x)"))
+        rows.append((f"  control: CPU burn -j {args.jobs} vs 1", 0.0, "what the machine gives now",
+                     f"speedup {control(args.jobs):.2f}x (load {os.getloadavg()[0]:.1f})"))
         spec = ws / f"prep-jn-{args.repeat - 1}.yaml"
         tc, rc = run(spec, args.jobs, home)
         assert rc.up_to_date, "the cached re-run recomputed something"

@@ -90,13 +90,14 @@ def _describe(spec: PrepSpec, cache: Path, backend: str, rehash: bool,
 
 
 def _tasks(spec: PrepSpec, files: list[inp.InputFile], chunks: list[inp.Chunk], keys: list[str],
-           branches: list[str] | None, cache: Path) -> list[worker.ChunkTask]:
+           branches: list[str] | None, cache: Path, code: str) -> list[worker.ChunkTask]:
     m = spec.model
     pad = {k: v.model_dump() for k, v in m.features.pad.items()}
     return [worker.ChunkTask(
         key=k, path=str(files[c.file].path), source=files[c.file].source, kind=files[c.file].kind,
         tree=m.inputs.tree, branches=branches, chunk=c.index, start=c.start, stop=c.stop,
-        digest=files[c.file].digest, module=str(spec.module_path), function=m.preprocess.function,
+        digest=files[c.file].digest, module=str(spec.module_path), code=code,
+        function=m.preprocess.function,
         params=m.preprocess.params, pad=pad, ragged=m.features.ragged,
         splits=list(m.split.fractions), fractions=list(m.split.fractions.values()),
         split_key=m.split.key, seed=m.split.seed, cache=str(cache)) for c, k in zip(chunks, keys)]
@@ -162,7 +163,7 @@ def _plan_and_build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], cach
 def _build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], chunks: list[inp.Chunk],
            keys: list[str], ident: list[str], cache: Path, previous: dict[str, Any] | None,
            force: bool, show: bool, result: PrepareResult) -> None:
-    tasks = _tasks(spec, files, chunks, keys, _read_branches(spec), cache)
+    tasks = _tasks(spec, files, chunks, keys, _read_branches(spec), cache, ident[0])
     summaries = {} if force else {k: s for k in keys if (s := worker.read_summary(cache, k))}
     todo = [t for t in tasks if t.key not in summaries]
     if todo or len(keys) > 1:

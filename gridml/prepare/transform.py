@@ -40,16 +40,17 @@ class Rows:
     index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # event in chunk
 
 
-def load_function(path: str, name: str) -> Callable[..., Any]:
-    """The user's function, imported once per process from its file."""
-    mod = _modules.get(path)
+def load_function(path: str, name: str, version: str = "") -> Callable[..., Any]:
+    """The user's function, imported once per process and ``version`` (the code hash) of it."""
+    mod = _modules.get(f"{path}@{version}")
     if mod is None:
         spec = importlib.util.spec_from_file_location(f"gridml_user_prep_{len(_modules)}", path)
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
-        sys.path.insert(0, str(Path(path).parent))  # let the module import its neighbours
+        if str(Path(path).parent) not in sys.path:
+            sys.path.insert(0, str(Path(path).parent))  # let the module import its neighbours
         spec.loader.exec_module(mod)
-        _modules[path] = mod
+        _modules[f"{path}@{version}"] = mod
     return getattr(mod, name)
 
 

@@ -32,6 +32,7 @@ class ChunkTask:
     stop: int
     digest: str
     module: str
+    code: str  # hash of the module's code: a changed module is imported again
     function: str
     params: dict[str, Any]
     pad: dict[str, Any]
@@ -103,7 +104,7 @@ def process(task: ChunkTask) -> dict[str, Any]:
         except Exception as exc:  # a corrupt basket, a truncated file ...
             raise ChunkProblem(f"cannot read events ({readers.one_line(exc)}); the file is "
                                "corrupt or truncated: re-create or re-download it") from None
-        fn = transform.load_function(task.module, task.function)
+        fn = transform.load_function(task.module, task.function, task.code)
         out = transform.call_user(fn, events, task.params, task.module)
         rows = transform.to_rows(out, len(events), task.pad, task.ragged)
         arrays, splits = _split_arrays(task, rows, events)

@@ -267,3 +267,12 @@ def test_one_run_per_output_folder(ws: Path) -> None:
         with pytest.raises(UsageError, match="another `gridml prepare` is writing to"):
             run_prepare(ws / "prep.yaml", jobs=1, show_progress=False)
     assert run_prepare(ws / "prep.yaml", jobs=1, show_progress=False).chunks_computed == 9
+
+
+def test_a_changed_function_redoes_every_chunk_in_process(ws: Path) -> None:
+    run_prepare(ws / "prep.yaml", jobs=1, show_progress=False)
+    module = ws / "preprocess.py"
+    module.write_text(module.read_text().replace('"eta": ev.jet_eta', '"eta": abs(ev.jet_eta)'))
+    res = run_prepare(ws / "prep.yaml", jobs=1, show_progress=False)
+    assert res.chunks_computed == 9 and res.shards_written == len(res.manifest["shards"])
+    assert (_rows(ws / "out", "train")[:, 1] >= 0).all()
