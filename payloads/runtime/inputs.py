@@ -101,6 +101,9 @@ class ShardedLoader:
         carry: Arrays | None = None
         epoch_now = None
         while (item := self._get(windows)) is not None and item is not _END:
+            if isinstance(item, _Failed):  # the reader failed: pass it on, stop
+                self._put(out, item)
+                return
             epoch, w, buf, n = item
             if epoch != epoch_now and carry is not None:  # the last partial batch of an epoch
                 if len(carry[self.labels]) and not self._put(out, _slab1(carry)):

@@ -98,7 +98,9 @@ def test_two_ranks_train_report_every_epoch_and_save_a_usable_model(tmp_path: Pa
     for r in reports:
         assert {"loss", "val_loss", "accuracy", "val_auc"} <= set(r["metrics"])
         assert r["epoch_time"] > 0 and r["samples_per_s"] > 0
-        assert 0 <= r["input_wait_frac"] < 1 and r["threads"] > 0 and r["peak_rss_mb"] > 0
+        assert 0 <= r["input_wait_frac"] < 1 and r["peak_rss_mb"] > 0
+        # a 2-core trial never starts hundreds of threads: TF pools 1+1, loader 2, Horovod, gloo
+        assert 0 < r["threads"] <= 40, r["threads"]
         assert r["extra"]["ranks"] == 2 and r["extra"]["train_samples"] == 6000
     result = json.loads((out / "result.json").read_text())
     assert result["state"] == "completed" and result["epochs"] == 2

@@ -93,3 +93,25 @@ def test_missing_dataset_and_corrupt_file_name_the_file(tmp_path: Path) -> None:
     bad.write_bytes(b"this is not hdf5" * 100)
     with pytest.raises(InputDataError, match="bad.h5.*not a readable HDF5"):
         H5Source([str(bad)], ["x"])
+
+
+def test_a_resumed_run_replays_the_same_epochs(tmp_path: Path) -> None:
+    """Epochs 2 and 3 read after a restart equal those of an uninterrupted run."""
+    paths = _files(tmp_path, [700, 300])
+    whole = [b[1] for b in _loader(paths, 1, 2, batch=40).batches([0, 1, 2, 3])]
+    resumed = [b[1] for b in _loader(paths, 1, 2, batch=40).batches([2, 3])]
+    per_epoch = _loader(paths, 1, 2, batch=40).steps_per_epoch
+    assert len(whole) == 4 * per_epoch
+    assert all(np.array_equal(a, b) for a, b in zip(whole[2 * per_epoch:], resumed, strict=True))
+
+
+def test_damaged_chunk_names_the_file(tmp_path: Path) -> None:
+    paths = _files(tmp_path, [1000], chunk=100)
+    with h5py.File(paths[0]) as f:
+        offset = f["x"].id.get_chunk_info_by_coord((500, 0)).byte_offset
+    with open(paths[0], "r+b") as fh:  # overwrite one compressed chunk with garbage
+        fh.seek(offset)
+        fh.write(b"\x00garbage" * 20)
+    loader = _loader(paths, 0, 1, batch=64)
+    with pytest.raises(InputDataError, match="f0.h5.*rows 500-600.*corrupt or truncated"):
+        list(loader.batches([0]))
