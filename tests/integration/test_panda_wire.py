@@ -8,6 +8,7 @@ a test needs a job to run, so no training runs here (the e2e test runs whole tri
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,38 @@ def test_missing_credentials_are_named(panda: PandaDouble, spec: Path, tmp_path:
     with pytest.raises(ExecutorError, match=r"refused the submission of task user\.jtester\.named"
                                             r"\.trial-0000/ .*check your PanDA credentials"):
         make_campaign(named).step()  # no token sent: the server says 403
+
+
+def test_a_task_that_cannot_be_defined_is_broken_and_the_trial_fails(panda: PandaDouble, spec: Path) -> None:
+    from gridml.executors import panda_client
+
+    campaign = make_campaign(spec)
+    campaign.step()
+    params = render_for_request(campaign.loaded, request_for(campaign, submitted(campaign)[0]))
+    params["taskName"] = params["taskName"].rstrip("/") + ".nodata/"
+    params["jobParameters"] = [dict(p, dataset="user.test:no.such.dataset") if p.get("value") == '-i "${IN/T}"'
+                               else p for p in params["jobParameters"]]
+    task_id, _ = panda_client.submit(params)
+    assert panda.jedi.wait(task_id, ("broken",)) == "broken"
+    status = PandaExecutor().poll(f"panda:{task_id}")  # a fresh controller: parameters from the server
+    assert status.state == "failed" and f"PanDA task {task_id} is broken" in status.message
+    assert "GET task/get_task_parameters" in panda.api.calls
+
+
+def test_killing_a_running_task_stops_its_job(panda: PandaDouble, spec: Path) -> None:
+    from gridml.executors import panda_client
+
+    params = {"taskName": "user.jtester.sleeper/", "uniqueTaskName": True, "vo": "atlas",
+              "prodSourceLabel": "user", "jobParameters": [
+                  {"type": "constant", "value": '-p "', "padding": False},
+                  {"type": "constant", "value": "sleep%20120", "padding": False},
+                  {"type": "constant", "value": '"'}]}
+    panda.jedi.hold = False
+    task_id, _ = panda_client.submit(params)
+    panda.jedi.wait(task_id, ("running",))
+    job = panda.jedi.get(task_id).jobs[0]
+    while job.proc is None:
+        time.sleep(0.05)
+    PandaExecutor().kill(f"panda:{task_id}")
+    assert panda.jedi.wait(task_id, ("aborted",), timeout_s=30) == "aborted"
+    assert job.proc.wait(timeout=10) != 0 and job.status == "cancelled"
