@@ -251,6 +251,39 @@ def fetch(study: str = typer.Argument(..., help="study name or id"),
             out.print(f"{o['did']} -> {path}")
 
 
+@app.command()
+def scale(spec: Path = typer.Argument(..., help="training spec (YAML)"),
+          workers: str = typer.Option("1,2", "--workers", help="rank counts, e.g. 1,2,4"),
+          batch: str = typer.Option("global", "--batch", help="keep the global batch fixed, or the per-rank one",
+                                    case_sensitive=False),
+          hparams: Optional[str] = typer.Option(None, "--hparams", help="JSON point; default: middle of the space"),
+          as_json: bool = typer.Option(False, "--json")) -> None:
+    """Scaling study: the same training over 1, 2, ... Horovod ranks (GPUs on GPU nodes, cores here)."""
+    from gridml.scale import parse_workers, run_scaling
+
+    if batch not in ("global", "per-rank"):
+        raise UsageError(f"--batch {batch!r}: use global or per-rank")
+    point = None
+    if hparams:
+        try:
+            point = json.loads(hparams)
+        except ValueError as exc:
+            raise UsageError(f"--hparams is not JSON: {exc}", hint='e.g. --hparams \'{"units": 64}\'') from None
+    loaded, dm = _load(spec)
+    doc = run_scaling(loaded, dm, parse_workers(workers), batch=batch, hparams=point, quiet=as_json)
+    if as_json:
+        return _print_json(doc)
+    table = Table(title=f"scaling of {loaded.spec.name} ({batch} batch), hparams {_hparams(doc['hparams'])}")
+    for col in ("ranks", "samples/s", "s/epoch", "speedup", "efficiency", "input wait", "global batch"):
+        table.add_column(col)
+    for r in doc["rows"]:
+        wait = "-" if r["input_wait_frac"] is None else f"{r['input_wait_frac']:.1%}"
+        table.add_row(str(r["workers"]), f"{r['samples_per_s']:.0f}", f"{r['epoch_time']:.2f}",
+                      f"{r['speedup']:.2f}", f"{r['efficiency']:.0%}", wait, str(r["global_batch"]))
+    out.print(table)
+    out.print(f"plot: {doc['plot']}")
+
+
 def _register_subcommands() -> None:
     """Commands that live with their own modules."""
     try:

@@ -133,7 +133,7 @@ class Campaign:
         """Record the submission, write the trial file, then hand it to the executor."""
         trial = self.store.update_trial(trial.id, state="submitted", attempts=trial.attempts + 1,
                                         started=now(), error=None, external_id=None)
-        workdir = self.runs_dir / self.study.name / f"trial-{trial.number:04d}"
+        workdir = self._workdir(trial)
         req = planner.task_request(self.loaded, self.study, trial, workdir)
         self._write_trial_file(trial, req.trial_file, workdir)
         handle = self.executor.submit(req)
@@ -197,7 +197,7 @@ class Campaign:
         return (now() - last).total_seconds() > parse_walltime(self.spec.backend.heartbeat_timeout)
 
     def finalize(self, trial: Trial, status: TaskStatus) -> None:
-        outputs = self.runs_dir / self.study.name / f"trial-{trial.number:04d}" / "outputs"
+        outputs = self._workdir(trial) / "outputs"
         self.ingest_spool(trial, outputs / "metrics.jsonl")
         epochs = self.store.list_epochs(trial.id)
         objective = objective_of(epochs, self.spec.search.objective)
@@ -214,7 +214,7 @@ class Campaign:
             error = f"no {self.spec.search.objective!r} reported by the payload"
         if status.log_tail:
             error += "\n" + status.log_tail
-        if trial.attempts <= self.spec.backend.retries:
+        if trial.attempts <= self.spec.backend.retries + self._interruptions(trial):
             log.warning("trial %d failed (attempt %d), retrying: %s", trial.number, trial.attempts, error)
             self.store.update_trial(trial.id, state="queued", error=error)
         else:
@@ -251,16 +251,33 @@ class Campaign:
             return []
         return [{"did": str(i.did), "name": i.did.name, "bytes": i.bytes, "adler32": i.adler32} for i in infos]
 
+    def _workdir(self, trial: Trial) -> Path:
+        return self.runs_dir / self.study.name / f"trial-{trial.number:04d}"
+
+    def _interruptions(self, trial: Trial) -> int:
+        return _read_int(self._workdir(trial) / "interrupted")
+
     def interrupt(self) -> None:
         """Ctrl-C: stop every running trial; they go back to the queue for `gridml resume`."""
         for trial in self.store.list_trials(self.study.id, states=("submitted", "running")):
             handle = self._handles.get(trial.id) or trial.external_id
             if handle:
                 self.executor.kill(handle)
-            # the attempt counts (its folder holds the killed run), so resume starts a fresh one
+            # the attempt keeps its number (its folder holds the killed run), so resume starts a
+            # fresh one; it is not a failure, so it does not use up a retry
+            marker = self._workdir(trial) / "interrupted"
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(str(self._interruptions(trial) + 1))
             self.store.update_trial(trial.id, state="queued", error="interrupted (Ctrl-C)")
         self.executor.close()
         self.store.set_study_state(self.study.id, "stopped")
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from contextlib import ExitStack
@@ -81,24 +82,52 @@ def dry_run(loaded: LoadedSpec, data: Any) -> list[dict[str, Any]]:
         return executor.rendered  # type: ignore[no-any-return]
 
 
-def run_local(loaded: LoadedSpec, data: Any, *, quiet: bool = False) -> tuple[Study, MetricsStore]:
-    """Run the campaign in the foreground with the embedded API; returns when it is over."""
+def run_local(loaded: LoadedSpec, data: Any, *, quiet: bool = False,
+              fixed: list[dict[str, Any]] | None = None) -> tuple[Study, MetricsStore]:
+    """Run the campaign in the foreground with the embedded API; returns when it is over.
+
+    ``fixed``: hyperparameter points to run (in order) instead of asking the searcher, for a
+    study that has no trials yet (the scaling study)."""
     from gridml.server.db import open_store
-    from gridml.server.embedded import EmbeddedServer
 
     cfg = settings()
     store = open_store(cfg.db_url)
     _log_to(cfg.runs_dir / loaded.spec.name / "controller.log")
     with ExitStack() as stack:
-        server = stack.enter_context(EmbeddedServer(cfg.db_url))
+        server = _embedded_server(cfg.db_url, cfg.runs_dir / loaded.spec.name)
+        stack.callback(server.stop)
         live = stack.enter_context(Live(console=console, refresh_per_second=2, transient=False)) \
             if not quiet else None
         campaign = Campaign(loaded, store, _executor(loaded, dry_run=False), data, cfg.runs_dir,
                             api_url=server.url,
                             on_cycle=(lambda s, t: live.update(progress_table(s, t))) if live else None)
+        if fixed and not store.list_trials(campaign.study.id):
+            for point in fixed:
+                store.create_trial(campaign.study.id, point, source="fixed")
         study = campaign.run()
     finish_study(store, study, data, loaded)
     return study, store
+
+
+def _embedded_server(db_url: str, study_dir: Path) -> Any:
+    """The in-process API, on the port it had last time if free: payloads still running from
+    before a controller crash keep reporting to the URL in their trial file."""
+    from gridml.server.embedded import EmbeddedServer
+
+    record = study_dir / "api.json"
+    try:
+        port = int(json.loads(record.read_text())["port"])
+    except (OSError, ValueError, KeyError):
+        port = 0
+    server = EmbeddedServer(db_url, port=port)
+    try:
+        server.start()
+    except OSError:  # taken by something else now: any free port
+        server = EmbeddedServer(db_url)
+        server.start()
+    study_dir.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"url": server.url, "port": int(server.url.rsplit(":", 1)[1])}))
+    return server
 
 
 def finish_study(store: MetricsStore, study: Study, data: Any, loaded: LoadedSpec) -> None:

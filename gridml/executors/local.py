@@ -72,7 +72,10 @@ class LocalExecutor:
         if pidfile.exists():  # submitted before (controller restart): re-attach
             return str(run)
         run.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **req.env, "GRIDML_TRIAL_DIR": str(req.workdir)}
+        # Horovod's 30 s defaults for rank start-up and Gloo rendezvous are too short when
+        # TensorFlow imports on a busy node; users can still set their own.
+        env = {"HOROVOD_START_TIMEOUT": "300", "HOROVOD_GLOO_TIMEOUT_SECONDS": "300",
+               **os.environ, **req.env, "GRIDML_TRIAL_DIR": str(req.workdir)}
         env["PATH"] = f"{Path(local_payload_command(req)[0]).parent}:{env.get('PATH', '')}"
         with open(run / "payload.log", "ab") as log:
             try:

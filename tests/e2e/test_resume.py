@@ -1,0 +1,109 @@
+"""Crashes and Ctrl-C: no reported metric lost, no trial submitted twice (real campaigns)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import BIN, ROOT, gridml, gridml_json, make_registered_sample_data, write_spec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+TRAINING = """\
+training:
+  epochs: 3
+  batch_size: 64
+  workers: 2
+  metrics: [accuracy]
+"""
+
+
+def start_submit(spec: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.Popen([str(BIN / "gridml"), "submit", str(spec), "--quiet"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(study: str, predicate, timeout: float = 600) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = gridml("status", study, "--json", check=False)
+        if proc.returncode == 0:
+            doc = json.loads(proc.stdout)
+            if predicate(doc):
+                return doc
+        time.sleep(1)
+    raise AssertionError(f"study {study} never reached the expected state")
+
+
+def payload_processes(home: Path) -> list[int]:
+    """Live processes whose command line names a trial file under this GRIDML_HOME."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(home) in cmd and "trial.json" in cmd:
+                pids.append(int(d.name))
+    return pids
+
+
+@pytest.fixture
+def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, str]:
+    monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
+    train, val = make_registered_sample_data(tmp_path, n_train=3000, n_val=600)
+    return tmp_path, train, val
+
+
+def epochs_of(study: str, number: int) -> list[int]:
+    return [e["epoch"] for e in gridml_json("status", study, "--trial", str(number))["epochs"]]
+
+
+def test_ctrl_c_stops_every_trial_and_resume_finishes(data: tuple[Path, str, str]) -> None:
+    tmp, train, val = data
+    spec = write_spec(tmp / "spec.yaml", "intr", train, val, training=TRAINING,
+                      search=Path(ROOT / "tests" / "e2e" / "search_random_2.yaml").read_text())
+    proc = start_submit(spec)
+    wait_for("intr", lambda d: sum(t["state"] == "running" for t in d["trials"]) == 2)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "gridml resume intr" in err
+    time.sleep(1)
+    assert payload_processes(tmp / "home") == []
+    doc = gridml_json("status", "intr")
+    assert [t["state"] for t in doc["trials"]] == ["queued", "queued"]
+    gridml("resume", "intr", "--quiet")
+    doc = gridml_json("status", "intr")
+    assert [t["state"] for t in doc["trials"]] == ["completed", "completed"]
+    for t in doc["trials"]:
+        assert epochs_of("intr", t["number"]) == [1, 2, 3]
+
+
+def test_controller_killed_hard_then_resumed_runs_no_trial_twice(data: tuple[Path, str, str]) -> None:
+    tmp, train, val = data
+    spec = write_spec(tmp / "spec.yaml", "crash", train, val, training=TRAINING,
+                      search=Path(ROOT / "tests" / "e2e" / "search_random_2.yaml").read_text()
+                      .replace("max_trials: 2", "max_trials: 3"))
+    proc = start_submit(spec)
+    wait_for("crash", lambda d: any(t["epochs_done"] >= 1 for t in d["trials"]))
+    proc.kill()  # kill -9: no cleanup at all; the payloads keep running on their own
+    proc.wait()
+    gridml("resume", "crash", "--quiet")
+    doc = gridml_json("status", "crash")
+    assert len(doc["trials"]) == 3
+    assert [t["state"] for t in doc["trials"]] == ["completed"] * 3
+    for t in doc["trials"]:
+        assert t["attempts"] == 1, t  # re-attached, never resubmitted
+        attempts = sorted(p.name for p in (tmp / "home" / "runs" / "crash" / f"trial-{t['number']:04d}").glob("attempt-*"))
+        assert attempts == ["attempt-1"]
+        assert epochs_of("crash", t["number"]) == [1, 2, 3]
