@@ -11,8 +11,11 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import nullcontext
 from typing import Any
+
+from gridml.errors import DataError
 
 Task = Any
 Result = dict[str, Any]
@@ -59,13 +62,34 @@ class Pool:
             return
         ahead = 2 * self.jobs  # bounded queue: results and tasks never pile up
         queue = list(reversed(tasks))
-        running: set[Future[Result]] = set()
+        running: dict[Future[Result], Task] = {}
         while queue or running:
             while queue and len(running) < ahead:
-                running.add(self._ex.submit(fn, queue.pop()))
-            done, running = wait(running, return_when=FIRST_COMPLETED)
+                task = queue.pop()
+                running[self._ex.submit(fn, task)] = task
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
+                if isinstance(fut.exception(), BrokenProcessPool):
+                    raise _died(list(running.values()))
+                running.pop(fut)
                 yield fut.result()
+
+
+def _died(in_flight: list[Task]) -> DataError:
+    """A worker died (killed, out of memory, crashed in C): name what was in flight."""
+    labels = [_label(t) for t in in_flight]
+    return DataError(f"a worker process died while working on {labels[0]}"
+                     + (f" or one of {labels[1:]}" if len(labels) > 1 else ""),
+                     hint="out of memory? lower inputs.chunk_size or -j; else the input or a "
+                          "compiled library crashed: try -j 1 to see the error")
+
+
+def _label(task: Task) -> str:
+    if hasattr(task, "chunk"):
+        return f"{task.source}: chunk {task.chunk} (events {task.start}-{task.stop})"
+    if isinstance(task, dict) and "name" in task:
+        return f"shard {task['name']}"
+    return str(task[0] if isinstance(task, tuple) else task)
 
 
 def progress(enabled: bool) -> Any:

@@ -276,3 +276,16 @@ def test_a_changed_function_redoes_every_chunk_in_process(ws: Path) -> None:
     res = run_prepare(ws / "prep.yaml", jobs=1, show_progress=False)
     assert res.chunks_computed == 9 and res.shards_written == len(res.manifest["shards"])
     assert (_rows(ws / "out", "train")[:, 1] >= 0).all()
+
+
+def test_a_worker_killed_mid_chunk_is_named(ws: Path) -> None:
+    text = (ws / "preprocess.py").read_text().replace(
+        "    keep = (events.jet_pt", f"    if {2 * N_EVENTS + 10} in events.event:\n"
+        "        import os, signal\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    keep = (events.jet_pt")
+    (ws / "preprocess.py").write_text(text)
+    with pytest.raises(DataError) as info:
+        run_prepare(ws / "prep.yaml", jobs=2, show_progress=False)
+    assert str(info.value).startswith("a worker process died while working on ")
+    assert f"{ws / 'data' / 'ntuple_2.root'}: chunk 0 (events 0-1000)" in str(info.value)
+    assert not list((ws / "out").glob("*.h5"))
