@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,13 +27,16 @@ from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFou
 from gridml.executors import panda_client as pc
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.panda_outputs import collect_outputs, log_tail, trial_doc_of
-from gridml.executors.panda_render import (
-    PandaTask,
-    check_model_size,
-    job_command,
-    render_task_params,
+from gridml.executors.panda_render import PandaTask, render_task_params
+from gridml.executors.panda_request import (
+    loaded_from_trial,
+    render_for_request,
+    resolve_nickname,
+    task_from_request,
 )
 from gridml.spec import LoadedSpec, Spec
+
+__all__ = ["PandaExecutor", "render_for_request", "task_id_of", "trial_state"]
 
 log = logging.getLogger("gridml.executors.panda")
 
@@ -48,97 +50,11 @@ TRIAL_STATE = {
 }
 RETRYABLE = ("finished", "failed")  # what retryTask accepts from a user
 JOURNAL = "panda.json"
-PLACEHOLDER_NICK = "NICKNAME"
 
 
 def trial_state(panda_status: str) -> str:
     """The trial state for a JEDI task status (``submitted`` while PanDA still queues it)."""
     return TRIAL_STATE.get(panda_status, "submitted")
-
-
-# ---- rendering (the dry run uses render_for_request) --------------------------------------------
-def resolve_nickname(spec: Spec, *, dry_run: bool = False) -> str:
-    """The grid nickname: ``panda.nickname``, else panda-client's own answer from the token/proxy."""
-    if spec.panda.nickname:
-        return spec.panda.nickname
-    try:
-        return _nickname_from_credentials()
-    except ExecutorError:
-        if dry_run:
-            log.warning("no panda.nickname and no credentials: the dry run shows %s", PLACEHOLDER_NICK)
-            return PLACEHOLDER_NICK
-        raise
-
-
-def _nickname_from_credentials() -> str:
-    pc.check_credentials()
-    auth = os.environ.get("PANDA_AUTH")
-    proxy = os.environ.get("X509_USER_PROXY") or f"/tmp/x509up_u{os.getuid()}"
-    if auth is None and not os.path.exists(proxy):
-        raise ExecutorError("no grid nickname: panda.nickname is not set and there is no "
-                            "credential to read it from", hint="set panda.nickname in the spec, or "
-                            "PANDA_AUTH=oidc with a token, or an X509 proxy")
-    pc.client()
-    from pandaclient import PsubUtils
-
-    nick = PsubUtils.getNickname()
-    if not nick:
-        raise ExecutorError("panda-client found no nickname in your credentials",
-                            hint="set panda.nickname in the spec")
-    return str(nick)
-
-
-def task_from_request(loaded: LoadedSpec, req: TaskRequest, doc: dict[str, Any], nickname: str,
-                      *, source_url: str | None = None, client_version: str = "2.2.0") -> PandaTask:
-    """The :class:`PandaTask` for one trial (pure: the trial file and model are passed in)."""
-    spec = loaded.spec
-    doc = grid_trial_document(doc)
-    model_src = loaded.model_path.read_bytes()
-    problem = check_model_size(model_src, loaded.model_path.name)
-    if problem:
-        raise ExecutorError(problem)
-    command = job_command(doc, model_src, loaded.model_path.name, workers=req.workers,
-                          controller=req.extra.get("horovod", spec.training.horovod), gpus=req.gpus)
-    return PandaTask(
-        nickname=nickname, study=req.study, trial_number=req.trial_number,
-        train=spec.data.dids("train"), validation=spec.data.dids("validation"),
-        n_train=len(doc["data"]["train"]), n_validation=len(doc["data"]["validation"]),
-        command=command, cores=req.cores, memory_gb=req.memory_gb, walltime_s=req.walltime_s,
-        gpus=req.gpus, vram_gb=spec.resources.vram_gb, container=req.container,
-        site=spec.panda.site, working_group=spec.panda.working_group, vo=spec.panda.vo,
-        rse=spec.panda.rse, client_version=client_version, source_url=source_url,
-        cli_params=f"gridml submit {loaded.path.name} (study {req.study}, trial {req.trial_number})")
-
-
-def grid_trial_document(doc: dict[str, Any]) -> dict[str, Any]:
-    """The trial file as the job gets it: input files by name (the pilot stages them into the
-    job's directory). A controller that staged them locally (the dry run) wrote paths."""
-    data = dict(doc["data"])
-    for which in ("train", "validation"):
-        data[which] = [Path(p).name for p in data.get(which, [])]
-    return dict(doc, data=data)
-
-
-def render_for_request(loaded: LoadedSpec, req: TaskRequest) -> dict[str, Any]:
-    """The JEDI task parameter map ``submit`` would send for ``req`` (used by ``--dry-run``)."""
-    doc = json.loads(req.trial_file.read_text())
-    nick = resolve_nickname(loaded.spec, dry_run=True)
-    task = task_from_request(loaded, req, doc, nick, source_url=pc.source_url(),
-                             client_version=_client_version())
-    return render_task_params(task)
-
-
-def _client_version() -> str:
-    try:
-        return pc.client_version()
-    except ImportError:  # pragma: no cover
-        return "2.2.0"
-
-
-def loaded_from_trial(doc: dict[str, Any]) -> LoadedSpec:
-    """The campaign's spec as the trial file carries it (provenance.spec, paths absolute)."""
-    spec = Spec.model_validate(doc["provenance"]["spec"])
-    return LoadedSpec(spec=spec, path=Path(f"{spec.name}.yaml"), model_path=Path(doc["model_file"]))
 
 
 # ---- the executor ----------------------------------------------------------------------------
