@@ -220,6 +220,13 @@ class ShardedLoader:
             for i in range(len(slab[self.labels])):
                 yield {k: a[i] for k, a in slab.items()}
 
+    def row_shape(self, name: str) -> tuple[Any, ...]:
+        """Shape of one row of ``name`` in a batch (None: varies from batch to batch)."""
+        return tuple(self.src.row_shapes[name])
+
+    def dtype(self, name: str) -> Any:
+        return self.src.dtypes[name]
+
     def xy(self, b: dict[str, Any]) -> tuple[Any, Any]:
         x = tuple(b[f] for f in self.features)
         return (x[0] if len(x) == 1 else x), b[self.labels]
@@ -236,9 +243,9 @@ def tf_dataset(loader: ShardedLoader, epochs: Iterable[int] | None, options: Any
     C++ (``from_tensor_slices``): one Python call per slab instead of one per batch."""
     import tensorflow as tf
 
-    src = loader.src
-    spec = {n: tf.TensorSpec((None, None, *src.row_shapes[n]), tf.as_dtype(src.dtypes[n]))
-            for n in loader.names}
+    names = list(dict.fromkeys(loader.features + loader.names))
+    spec = {n: tf.TensorSpec((None, None, *loader.row_shape(n)), tf.as_dtype(loader.dtype(n)))
+            for n in names}
     eps = list(epochs) if epochs is not None else [0]
     ds = tf.data.Dataset.from_generator(lambda: loader.slabs(eps), output_signature=spec)
     ds = ds.flat_map(tf.data.Dataset.from_tensor_slices).map(loader.xy)

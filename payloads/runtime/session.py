@@ -37,36 +37,56 @@ def _features(cfg: TrialConfig) -> list[str]:
     return [f] if isinstance(f, str) else list(f)
 
 
+def _columns(cfg: TrialConfig) -> list[str]:
+    """HDF5 datasets with one row per event: regular features, labels, ragged lengths."""
+    ragged = list(cfg.data.get("ragged") or [])
+    return ([f for f in _features(cfg) if f not in ragged] + [str(cfg.data.get("labels", "y"))]
+            + [f"{r}_lengths" for r in ragged])
+
+
+def _loader(src: H5Source, cfg: TrialConfig, shuffle: bool, **common: Any) -> Any:
+    feats, label = _features(cfg), str(cfg.data.get("labels", "y"))
+    ragged = list(cfg.data.get("ragged") or [])
+    if not ragged:
+        return inputs.ShardedLoader(src, feats, label, shuffle=shuffle, **common)
+    from payloads.runtime.ragged import RaggedLoader
+
+    return RaggedLoader(src, feats, label, ragged=ragged, shuffle=shuffle,
+                        bucket=bool(cfg.training.get("bucket_by_length")),
+                        pad_value=float(cfg.training.get("pad_value", 0.0)), **common)
+
+
 def open_data(cfg: TrialConfig, rank: int, ranks: int) -> Data:
-    feats, label, t = _features(cfg), str(cfg.data.get("labels", "y")), cfg.training
-    train = H5Source(cfg.data["train"], feats + [label])
-    val = H5Source(cfg.data["validation"], feats + [label]) if cfg.data["validation"] else None
+    t = cfg.training
+    train = H5Source(cfg.data["train"], _columns(cfg))
+    val = H5Source(cfg.data["validation"], _columns(cfg)) if cfg.data["validation"] else None
     budget = int(float(t["cache_budget_mb"]) * 2**20)
     first = train.read(train.blocks[0])
-    raw = sum(a.nbytes for a in first.values()) * len(train.blocks) // ranks
+    raw = sum(a.nbytes for a in first.values()) * len(train.blocks)  # ranks swap blocks
     mode = choose_compression(str(t["cache_compression"]), first, raw, budget)
     cache = BlockCache(budget, mode)
     common = dict(batch=int(t["batch_size"]), rank=rank, ranks=ranks, seed=cfg.seed,
                   window=int(t["shuffle_buffer_chunks"]), prefetch=int(t["prefetch_batches"]),
                   cache=cache)
-    tl = inputs.ShardedLoader(train, feats, label, shuffle=True, **common)
-    vl = inputs.ShardedLoader(val, feats, label, shuffle=False, **common) if val else None
+    tl = _loader(train, cfg, True, **common)
+    vl = _loader(val, cfg, False, **common) if val else None
     if tl.steps_per_epoch == 0:
         raise PayloadFailure(f"data.train has {train.total_rows} rows: fewer than one per rank "
                              f"for {ranks} ranks", code=3)
     return Data(tl, vl, [s for s in (train, val) if s is not None])
 
 
-def _input_shape(src: H5Source, feats: list[str]) -> Any:
-    shapes = [tuple(int(d) for d in src.row_shapes[f]) for f in feats]
+def _input_shape(loader: inputs.ShardedLoader, feats: list[str]) -> Any:
+    """Per-event shape of each feature (None for a ragged axis), a tuple of them for several."""
+    shapes = [tuple(None if d is None else int(d) for d in loader.row_shape(f)) for f in feats]
     return shapes[0] if len(shapes) == 1 else tuple(shapes)
 
 
 def build_model(cfg: TrialConfig, data: Data, hvd: Any) -> Any:
     feats, t = _features(cfg), cfg.training
-    m = user_model.build(cfg.model_file, cfg.hparams, _input_shape(data.train.src, feats))
-    head = data.train.src.head(int(t["adapt_samples"]))
-    if len(feats) == 1 and user_model.adapt_normalization(m, head[feats[0]]):
+    m = user_model.build(cfg.model_file, cfg.hparams, _input_shape(data.train, feats))
+    head = data.train.src.head(int(t["adapt_samples"])) if len(feats) == 1 else {}
+    if feats[0] in head and user_model.adapt_normalization(m, head[feats[0]]):
         log.info("adapted normalisation on the first %d training rows", len(head[feats[0]]))
     lr = user_model.scaled_lr(cfg.learning_rate, hvd.size(), str(t["lr_scaling"]))
     opt = hvd.DistributedOptimizer(user_model.optimizer(str(t["optimizer"]), lr))
