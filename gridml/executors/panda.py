@@ -34,7 +34,7 @@ from gridml.executors.panda_request import (
     resolve_nickname,
     task_from_request,
 )
-from gridml.spec import LoadedSpec, Spec
+from gridml.spec import LoadedSpec
 
 __all__ = ["PandaExecutor", "render_for_request", "task_id_of", "trial_state"]
 
@@ -176,9 +176,8 @@ class PandaExecutor:
         if self._data is None:
             from gridml.data import open_data_manager
 
-            spec = (self.loaded.spec if self.loaded else
-                    Spec.model_validate(trial_doc_of(params)["provenance"]["spec"]))
-            self._data = open_data_manager(spec.backend.data)
+            self._data = open_data_manager(self.loaded.spec.backend.data if self.loaded
+                                           else _data_backend(trial_doc_of(params)))
         return self._data
 
     # -- control -----------------------------------------------------------------------------
@@ -193,6 +192,12 @@ class PandaExecutor:
     def close(self) -> None:
         """Nothing runs here: grid tasks go on (Ctrl-C kills them through ``kill`` first)."""
         self._tasks.clear()
+
+
+def _data_backend(doc: dict[str, Any]) -> str | None:
+    """The campaign's ``backend.data`` as the trial file records it (None: the setting)."""
+    spec = doc.get("provenance", {}).get("spec", {})
+    return spec.get("backend", {}).get("data") if isinstance(spec, dict) else None
 
 
 def _job_summary(task_id: int) -> str:

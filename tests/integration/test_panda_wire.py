@@ -196,3 +196,34 @@ def test_killing_a_running_task_stops_its_job(panda: PandaDouble, spec: Path) ->
     PandaExecutor().kill(f"panda:{task_id}")
     assert panda.jedi.wait(task_id, ("aborted",), timeout_s=30) == "aborted"
     assert job.proc.wait(timeout=10) != 0 and job.status == "cancelled"
+
+
+def test_a_finished_task_gives_its_outputs_back_to_a_restarted_controller(
+        panda: PandaDouble, spec: Path, tmp_path: Path) -> None:
+    """A cheap job stands in for the payload (it writes what the payload writes); the task ends
+    ``finished``; a fresh executor finds the trial's folder from the task parameters, fetches
+    metrics.jsonl and result.json there and reports every stored file."""
+    from dataclasses import replace
+
+    from gridml.executors import panda_client
+    from gridml.executors.panda_render import PandaTask, pack
+
+    doc = {"study": "wire", "output_dir": str(tmp_path / "trial-0007" / "outputs")}
+    writes = ("printf '{\"epoch\": 1}\\n' > metrics.jsonl; echo '{\"state\": \"completed\"}' > result.json; "
+              "echo model > model.keras; echo png > curves.png; echo '{}' > provenance.json; "
+              f"true --trial {pack(json.dumps(doc).encode())}")
+    task = PandaTask(nickname="jtester", study="wire", trial_number=7, train=["user.test:toy.train"],
+                     validation=["user.test:toy.val"], n_train=2, n_validation=2, command=writes)
+    from gridml.executors.panda_render import render_task_params
+
+    panda.jedi.hold, panda.jedi.finish_next = False, 1
+    task_id, _ = panda_client.submit(render_task_params(replace(task, source_url=None)))
+    assert panda.jedi.wait(task_id, ("finished",), timeout_s=60) == "finished"
+    status = PandaExecutor().poll(f"panda:{task_id}")
+    assert status.state == "completed", status
+    names = sorted(o["name"] for o in status.stored_outputs or [])
+    assert names == sorted(f"user.jtester.{task_id}._000001.{f}" for f in
+                           ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json"))
+    outputs = tmp_path / "trial-0007" / "outputs"
+    assert (outputs / "metrics.jsonl").read_text() == '{"epoch": 1}\n'
+    assert json.loads((outputs / "result.json").read_text()) == {"state": "completed"}

@@ -1,7 +1,8 @@
 """JEDI, played in small: task registration with PanDA's duplicate rules, and the task life cycle.
 
 Tasks move registered -> defined -> ready -> running -> done | failed (one job per task, as gridml
-submits them), broken when they cannot be defined (an input dataset unknown or empty, no job
+submits them; ``finish_next`` makes a task end ``finished``, as when JEDI counts some of its input
+files as failed), broken when they cannot be defined (an input dataset unknown or empty, no job
 parameters), aborting -> aborted when killed. The rules follow the real server's
 ``insertTaskParamsPanda`` and ``sendCommandTaskPanda``: a task name reused while the task is
 active is a duplicate (code 2, the old jediTaskID in the message), reused after it ended means
@@ -57,6 +58,7 @@ class Jedi:
         self.inserts = 0  # insertTaskParams calls that reached the task table
         self.hold = False  # True: ready tasks wait (a queue without free slots)
         self.fail_next = 0  # the next N jobs fail at stage-in (a lost worker node)
+        self.finish_next = 0  # the next N tasks end "finished": JEDI counted input files as failed
         self._next_task, self._next_job = 1000, 5000
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -207,7 +209,9 @@ class Jedi:
         job = task.jobs[-1]
         if job.status in ("finished", "failed"):
             task.error = job.diag
-            task.set("done" if job.status == "finished" else "failed")
+            partial = job.status == "finished" and self.finish_next > 0
+            self.finish_next -= int(partial)
+            task.set("failed" if job.status == "failed" else "finished" if partial else "done")
 
     def _new_task_id(self) -> int:
         self._next_task += 1
