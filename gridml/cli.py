@@ -21,8 +21,24 @@ _state: dict[str, Any] = {"debug": False}
 
 
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
-    _state["debug"] = debug
+def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+          server: Optional[str] = typer.Option(None, "--server", envvar="GRIDML_SERVER",
+                                               help="URL of a `gridml serve` (default: the local store)"),
+          token: Optional[str] = typer.Option(None, "--token", envvar="GRIDML_TOKEN",
+                                              help="study token for a remote server")) -> None:
+    _state.update(debug=debug, server=server, token=token)
+
+
+def _reader() -> Any:
+    """Where studies are read from: the remote server named by --server, or the local store."""
+    if _state.get("server"):
+        from gridml.remote import RemoteStore
+
+        return RemoteStore(_state["server"], _state.get("token"))
+    from gridml.server.db import open_store
+    from gridml.settings import settings
+
+    return open_store(settings().db_url)
 
 
 def _data_manager(backend: str | None) -> Any:
@@ -72,6 +88,10 @@ def submit(spec: Path = typer.Argument(..., help="training spec (YAML)"),
     from gridml import runner
 
     loaded, dm = _load(spec)
+    server = _state.get("server") or (None if loaded.spec.backend.server == "embedded"
+                                      else loaded.spec.backend.server)
+    if server and not dry_run:
+        return _submit_remote(loaded, server)
     if dry_run:
         rendered = runner.dry_run(loaded, dm)
         if as_json:
@@ -81,6 +101,23 @@ def submit(spec: Path = typer.Argument(..., help="training spec (YAML)"),
                 out.print_json(json.dumps(task, default=str))
         return
     _run(loaded, dm, quiet)
+
+
+def _submit_remote(loaded: Any, server: str) -> None:
+    """Register a grid campaign with a running server, like a grid job: it runs there."""
+    from gridml.client import ApiClient
+
+    if loaded.spec.backend.executor == "local":
+        raise UsageError(f"{loaded.path}: backend.executor: local runs trials on this machine, in the "
+                         "foreground with the embedded server", hint="use backend.server: embedded, or "
+                         "executor panda to hand the campaign to the server")
+    spec = loaded.resolved()
+    spec["x_model_source"] = loaded.model_path.read_text()
+    with ApiClient(server, _state.get("token")) as client:
+        study = client.create_study(loaded.spec.name, spec, loaded.hash)
+    out.print(f"study {study['name']} (id {study['id']}) registered with {server}")
+    out.print(f"study token (shown once, keep it): {study['token']}")
+    out.print(f"follow it with `gridml --server {server} status {study['name']}`")
 
 
 @app.command()
@@ -120,10 +157,9 @@ def _run(loaded: Any, dm: Any, quiet: bool) -> None:
 
 def _study_doc(study: str) -> dict[str, Any]:
     from gridml.report import study_document
-    from gridml.server.db import open_store
     from gridml.settings import settings
 
-    store = open_store(settings().db_url)
+    store = _reader()
     return study_document(store, store.get_study(study), settings().runs_dir)
 
 
@@ -166,13 +202,11 @@ def _hparams(hp: dict[str, Any]) -> str:
 
 def _trial_status(study: str, doc: dict[str, Any], number: int, as_json: bool) -> None:
     from gridml.report import epoch_rows
-    from gridml.server.db import open_store
-    from gridml.settings import settings
 
     summary = next((t for t in doc["trials"] if t["number"] == number), None)
     if summary is None:
         raise NotFoundError(f"study {study} has no trial {number}", hint=f"see `gridml status {study}`")
-    epochs = epoch_rows(open_store(settings().db_url).list_epochs(summary["id"]))
+    epochs = epoch_rows(_reader().list_epochs(summary["id"]))
     if as_json:
         return _print_json({"trial": summary, "epochs": epochs})
     table = Table(title=f"study {study} trial {number} ({summary['state']})")
@@ -193,10 +227,7 @@ def _trial_status(study: str, doc: dict[str, Any], number: int, as_json: bool) -
 
 
 def _list_studies(as_json: bool) -> None:
-    from gridml.server.db import open_store
-    from gridml.settings import settings
-
-    studies = open_store(settings().db_url).list_studies()
+    studies = _reader().list_studies()
     rows = [{"id": s.id, "name": s.name, "state": s.state} for s in studies]
     if as_json:
         return _print_json({"studies": rows})
@@ -240,10 +271,7 @@ def fetch(study: str = typer.Argument(..., help="study name or id"),
                             hint=f"see `gridml status {study}`")
     if not t["outputs"]:
         raise NotFoundError(f"study {study} trial {t['number']} has no stored outputs ({t['state']})")
-    from gridml.server.db import open_store
-    from gridml.settings import settings
-
-    spec = open_store(settings().db_url).get_study(study).spec
+    spec = _reader().get_study(study).spec
     dm = _data_manager(backend or spec["backend"]["data"])
     output.mkdir(parents=True, exist_ok=True)
     for o in t["outputs"]:

@@ -26,7 +26,7 @@ console = Console(stderr=True)
 
 def loaded_from_study(study: Study) -> LoadedSpec:
     """The campaign's spec as stored with the study (paths already absolute)."""
-    spec = Spec.model_validate(study.spec)
+    spec = Spec.model_validate({k: v for k, v in study.spec.items() if not k.startswith("x_")})
     model = Path(spec.payload.model)
     if not model.is_file():
         raise NotFoundError(f"study {study.name}: model file {model} is gone",

@@ -40,6 +40,7 @@ class LoadedSpec:
     def hash(self) -> str:
         """Identity of the campaign: what changes results (not backend choices or parallelism)."""
         data = self.resolved()
+        data["payload"].pop("model")  # its content counts (below), not where it lies
         for volatile in ("backend", "panda"):
             data.pop(volatile, None)
         data["search"].pop("parallel", None)
