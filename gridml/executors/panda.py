@@ -113,7 +113,8 @@ class PandaExecutor:
     def _insert(self, params: dict[str, Any], req: TaskRequest, attempt: int) -> int:
         try:
             task_id, message = pc.submit(params)
-            log.info("trial %d: %s", req.trial_number, message)
+            level = logging.WARNING if "reactivation" in message else logging.INFO
+            log.log(level, "trial %d: %s", req.trial_number, message)  # code 3: the old task reruns
         except DuplicateTaskError as dup:
             task_id = int(dup.task_id)  # type: ignore[attr-defined]
             log.warning("trial %d: %s: following the existing task", req.trial_number, dup)

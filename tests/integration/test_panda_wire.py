@@ -203,10 +203,8 @@ def test_a_finished_task_gives_its_outputs_back_to_a_restarted_controller(
     """A cheap job stands in for the payload (it writes what the payload writes); the task ends
     ``finished``; a fresh executor finds the trial's folder from the task parameters, fetches
     metrics.jsonl and result.json there and reports every stored file."""
-    from dataclasses import replace
-
     from gridml.executors import panda_client
-    from gridml.executors.panda_render import PandaTask, pack
+    from gridml.executors.panda_render import PandaTask, pack, render_task_params
 
     doc = {"study": "wire", "output_dir": str(tmp_path / "trial-0007" / "outputs")}
     writes = ("printf '{\"epoch\": 1}\\n' > metrics.jsonl; echo '{\"state\": \"completed\"}' > result.json; "
@@ -214,10 +212,8 @@ def test_a_finished_task_gives_its_outputs_back_to_a_restarted_controller(
               f"true --trial {pack(json.dumps(doc).encode())}")
     task = PandaTask(nickname="jtester", study="wire", trial_number=7, train=["user.test:toy.train"],
                      validation=["user.test:toy.val"], n_train=2, n_validation=2, command=writes)
-    from gridml.executors.panda_render import render_task_params
-
     panda.jedi.hold, panda.jedi.finish_next = False, 1
-    task_id, _ = panda_client.submit(render_task_params(replace(task, source_url=None)))
+    task_id, _ = panda_client.submit(render_task_params(task))
     assert panda.jedi.wait(task_id, ("finished",), timeout_s=60) == "finished"
     status = PandaExecutor().poll(f"panda:{task_id}")
     assert status.state == "completed", status
