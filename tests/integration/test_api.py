@@ -232,3 +232,34 @@ def test_closed_reads_need_a_token(tmp_path):
         assert owner.get_study("closed")["name"] == "closed"
         with pytest.raises(StoreError, match="missing bearer token"):
             ApiClient(srv.url, retries=0).get_study("closed")
+
+
+def test_trial_token_fast_path_same_replies(owner, server):
+    """Payload posts (trial token) take the lean path after the first: same statuses and bodies,
+    and what it does not handle (invalid body, NaN literal) still gets FastAPI's answers."""
+    from gridml.server.db import open_store
+
+    trial = owner.enqueue_trial(owner.study, POINT)
+    store = open_store(server.store_url)
+    token = store.issue_trial_token(trial["id"])
+    store.close()
+    url = f"{server.url}/api/v1/trials/{trial['id']}/epochs"
+    auth = {"Authorization": f"Bearer {token}"}
+    replies = [httpx.post(url, json=epoch(n).to_json(), headers=auth) for n in (1, 2, 2)]
+    assert [r.status_code for r in replies] == [201, 201, 200]
+    assert replies[2].json() == {"trial_id": trial["id"], "epoch": 2, "stored": False}
+    conflict = httpx.post(url, json=epoch(2, 0.9).to_json(), headers=auth)
+    assert conflict.status_code == 409 and "epoch 2" in conflict.json()["detail"]
+    assert conflict.json()["hint"]
+    invalid = httpx.post(url, json={"epoch": 0, "metrics": {}}, headers=auth)
+    assert invalid.status_code == 422
+    nan = httpx.post(url, content=b'{"epoch": 3, "metrics": {"loss": NaN}, "epoch_time": 1}',
+                     headers={**auth, "content-type": "application/json"})
+    assert nan.status_code == 201
+    other = owner.enqueue_trial(owner.study, POINT)
+    foreign = httpx.post(f"{server.url}/api/v1/trials/{other['id']}/epochs",
+                         json=epoch(1).to_json(), headers=auth)
+    assert foreign.status_code == 403
+    assert [e.epoch for e in owner.list_epochs(trial["id"])] == [1, 2, 3]
+    text = httpx.get(f"{server.url}/metrics").text
+    assert 'route="/api/v1/trials/{trial}/epochs",status="201"' in text

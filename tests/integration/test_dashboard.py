@@ -3,6 +3,7 @@ on a `gridml serve` whose database a real small campaign filled (TF + Horovod pa
 
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 
@@ -53,6 +54,7 @@ def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    os.environ["SE_AVOID_STATS"] = "true"  # Selenium Manager: no network calls (none is used)
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not binary or not driver:
         pytest.fail("needs Debian's chromium and chromium-driver: "

@@ -64,12 +64,16 @@ function fmt(x) {
   const a = Math.abs(x);
   return a !== 0 && (a < 1e-3 || a >= 1e5) ? x.toExponential(2) : x.toPrecision(4);
 }
-function axes(svg, xd, yd, xlabel, ylabel) {
-  const x = scale(xd, [M.l, W - M.r]), y = scale(yd, [H - M.b, M.t]);
+function axes(svg, xd, yd, xlabel, ylabel, integerX = true) {
+  const x = scale(xd, [M.l, W - M.r]), y = scale(yd, [H - M.b, M.t]), seen = new Set();
   for (let i = 0; i <= 4; i++) {
-    const yv = yd[0] + (yd[1] - yd[0]) * i / 4, xv = xd[0] + (xd[1] - xd[0]) * i / 4;
+    const yv = yd[0] + (yd[1] - yd[0]) * i / 4;
+    let xv = xd[0] + (xd[1] - xd[0]) * i / 4;
     el("line", { x1: M.l, x2: W - M.r, y1: y(yv), y2: y(yv), class: "grid" }, svg);
     el("text", { x: M.l - 4, y: y(yv) + 4, "text-anchor": "end" }, svg, fmt(yv));
+    if (integerX) xv = Math.round(xv);
+    if (seen.has(xv) || xv < xd[0] || xv > xd[1]) continue;
+    seen.add(xv);
     el("text", { x: x(xv), y: H - M.b + 14, "text-anchor": "middle" }, svg, fmt(xv));
   }
   el("line", { x1: M.l, x2: M.l, y1: M.t, y2: H - M.b, class: "axis" }, svg);
@@ -160,6 +164,7 @@ function renderCurves() {
   const trial = state.trials.find((t) => t.id === state.selected);
   if (!trial) return empty(svg, "click a trial in the table");
   $("curves-title").firstChild.textContent = `Per-epoch curves of trial ${trial.number} `;
+  $("curves-title").lastElementChild.textContent = "(click another row or point to change)";
   const eps = epochsOf(trial);
   if (!eps.length) return empty(svg, `trial ${trial.number} has no epoch yet`);
   const names = [...new Set(eps.flatMap((e) => Object.keys(e.metrics)))].sort();
@@ -214,7 +219,7 @@ function renderParallel() {
   const dims = names.map((n) => ({ name: n, ...axisScale(n, trials) }));
   const od = extent(trials.map((t) => t.objective)), os = scale(od, [0, 1]);
   dims.push({ name: searchCfg().objective || "objective", f: os, ticks: [[0, fmt(od[0])], [1, fmt(od[1])]], objective: true });
-  const xs = dims.map((_, i) => M.l / 2 + i * (W - M.l) / (dims.length - 1 || 1));
+  const xs = dims.map((_, i) => M.l + i * (W - M.l - M.r) / (dims.length - 1 || 1));
   const yy = (f) => H - M.b - f * (H - M.b - M.t);
   dims.forEach((d, i) => {
     el("line", { x1: xs[i], x2: xs[i], y1: M.t, y2: H - M.b, class: "axis" }, svg);

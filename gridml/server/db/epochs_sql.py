@@ -1,7 +1,10 @@
 """The write path of epoch reports in plain SQL (Core): a batch per transaction.
 
 Kept apart from the ORM because it is the hot path of the server (thousands of reports/s):
-two SELECTs, one multi-row INSERT and one executemany UPDATE per batch, whatever its size.
+at most two SELECTs, one multi-row INSERT and one executemany UPDATE per batch, whatever its
+size, with every statement built once at import (building SQLAlchemy statements costs more than
+running them on SQLite). Trial ids known to exist are remembered per process: trials are never
+deleted one by one.
 """
 
 from __future__ import annotations
@@ -19,33 +22,49 @@ EPOCHS = EpochRow.__table__
 TRIALS = TrialRow.__table__
 Item = tuple[int, int, dict[str, Any], str]  # trial id, epoch, canonical body, its hash
 
+_IDS, _EPOCHS, _DONE, _NOW = (bindparam("ids", expanding=True), bindparam("eps", expanding=True),
+                              bindparam("done"), bindparam("now"))
+FIND_TRIALS = select(TRIALS.c.id).where(TRIALS.c.id.in_(_IDS))
+FIND_HASHES = select(EPOCHS.c.trial_id, EPOCHS.c.epoch, EPOCHS.c.body_hash).where(
+    and_(EPOCHS.c.trial_id.in_(_IDS), EPOCHS.c.epoch.in_(_EPOCHS)))
+INSERT = EPOCHS.insert()
+TOUCH = update(TRIALS).where(TRIALS.c.id == bindparam("tid")).values(
+    epochs_done=case((TRIALS.c.epochs_done < _DONE, _DONE), else_=TRIALS.c.epochs_done),
+    last_heartbeat=_NOW,
+    started=func.coalesce(TRIALS.c.started, _NOW),
+    state=case((or_(TRIALS.c.state == "queued", TRIALS.c.state == "submitted"),
+                literal("running")), else_=TRIALS.c.state),
+)
 
-def record_many(conn: Connection, items: list[Item], now: datetime) -> list[bool | GridmlError]:
-    """Store what is new, compare what is known; one result per item (see SqlStore)."""
+
+def record_many(conn: Connection, items: list[Item], now: datetime,
+                known: set[int] | None = None) -> list[bool | GridmlError]:
+    """Store what is new, compare what is known; one result per item (see SqlStore).
+    ``known``: trial ids known to exist (updated here)."""
+    known = set() if known is None else known
     trial_ids = sorted({item[0] for item in items})
-    known_trials = set(conn.execute(select(TRIALS.c.id).where(TRIALS.c.id.in_(trial_ids)))
-                       .scalars())
+    missing = [t for t in trial_ids if t not in known]
+    if missing:
+        known.update(conn.execute(FIND_TRIALS, {"ids": missing}).scalars())
     stored = _stored_hashes(conn, items)
     results: list[bool | GridmlError] = []
     new_rows: list[dict[str, Any]] = []
     for trial_id, epoch, body, digest in items:
-        results.append(_judge(trial_id, epoch, digest, known_trials, stored))
+        results.append(_judge(trial_id, epoch, digest, known, stored))
         if results[-1] is True:
             stored[(trial_id, epoch)] = digest
             new_rows.append({"trial_id": trial_id, "epoch": epoch, "created": now,
                              "body": convert.encode_body(body), "body_hash": digest})
     if new_rows:
-        conn.execute(EPOCHS.insert(), new_rows)
+        conn.execute(INSERT, new_rows)
         _touch_trials(conn, new_rows, now)
     return results
 
 
 def _stored_hashes(conn: Connection, items: list[Item]) -> dict[tuple[int, int], str]:
-    trial_ids = sorted({item[0] for item in items})
-    epochs = sorted({item[1] for item in items})
-    query = select(EPOCHS.c.trial_id, EPOCHS.c.epoch, EPOCHS.c.body_hash).where(
-        and_(EPOCHS.c.trial_id.in_(trial_ids), EPOCHS.c.epoch.in_(epochs)))
-    return {(t, e): h for t, e, h in conn.execute(query)}
+    params = {"ids": sorted({item[0] for item in items}),
+              "eps": sorted({item[1] for item in items})}
+    return {(t, e): h for t, e, h in conn.execute(FIND_HASHES, params)}
 
 
 def _judge(trial_id: int, epoch: int, digest: str, known_trials: set[int],
@@ -68,13 +87,4 @@ def _touch_trials(conn: Connection, new_rows: list[dict[str, Any]], now: datetim
     newest: dict[int, int] = {}
     for row in new_rows:
         newest[row["trial_id"]] = max(newest.get(row["trial_id"], 0), row["epoch"])
-    done = bindparam("done")
-    statement = update(TRIALS).where(TRIALS.c.id == bindparam("tid")).values(
-        epochs_done=case((TRIALS.c.epochs_done < done, done), else_=TRIALS.c.epochs_done),
-        last_heartbeat=bindparam("now"),
-        started=func.coalesce(TRIALS.c.started, bindparam("now")),
-        state=case((or_(TRIALS.c.state == "queued", TRIALS.c.state == "submitted"),
-                    literal("running")),
-                   else_=TRIALS.c.state),
-    )
-    conn.execute(statement, [{"tid": t, "done": d, "now": now} for t, d in sorted(newest.items())])
+    conn.execute(TOUCH, [{"tid": t, "done": d, "now": now} for t, d in sorted(newest.items())])

@@ -41,6 +41,7 @@ class SqlStore:
         self.url = url
         self.engine = make_engine(url)
         self._writer = writer(self.engine)
+        self._known_trials: set[int] = set()  # ids known to exist (for the epoch hot path)
 
     # -- sessions ------------------------------------------------------------------------------
     @contextmanager
@@ -246,10 +247,10 @@ class SqlStore:
             prepared.append((trial_id, report.epoch, body, convert.body_hash(body)))
         try:
             with self._writer.begin() as conn:
-                return epochs_sql.record_many(conn, prepared, utcnow())
+                return epochs_sql.record_many(conn, prepared, utcnow(), self._known_trials)
         except IntegrityError:  # PostgreSQL: another worker stored one of these first; redo
             with self._writer.begin() as conn:
-                return epochs_sql.record_many(conn, prepared, utcnow())
+                return epochs_sql.record_many(conn, prepared, utcnow(), self._known_trials)
 
     def list_epochs(self, trial_id: int) -> list[EpochReport]:
         with self._read() as s:
