@@ -104,6 +104,7 @@ def write_all(spec: PrepSpec, pool: Pool, files: list[inp.InputFile],
     shards.identify(plans, {**settings, "norm": norm if m.output.normalize == "apply" else None})
     old = _old_shards(previous, spec.out_dir) if reuse else {}
     todo = [p for p in plans if old.get(p.name, {}).get("identity") != p.identity]
+    todo.sort(key=lambda p: -p.rows)  # largest first: the workers finish together
     staging.mkdir(parents=True, exist_ok=True)
     written = _write(pool, spec, todo, summaries[0], norm, cache, staging, show)
     records = [written.get(p.name) or old[p.name] for p in plans]
