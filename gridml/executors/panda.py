@@ -5,7 +5,7 @@ with ``Client.insertTaskParams``; ``poll`` follows ``getTaskStatus`` and, when t
 fetches the trial's metrics.jsonl and result.json from its output datasets (pilot stage-out) into
 ``<workdir>/outputs`` and reports the stored files, so the controller uploads nothing itself;
 ``kill`` is ``killTask``. Every panda-client call and its error translation lives in
-:mod:`gridml.executors.panda_client`.
+:mod:`gridml.executors.panda_client`; the per-trial journal in :mod:`.panda_journal`.
 
 Idempotence: the task name is unique per trial (``user.<nick>.<study>.trial-NNNN/``), and the task
 id is journaled in ``<workdir>/panda.json`` as soon as the server answers. A resubmission of the
@@ -25,6 +25,7 @@ from typing import Any
 
 from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFoundError
 from gridml.executors import panda_client as pc
+from gridml.executors import panda_journal as journal
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.panda_outputs import collect_outputs, log_tail, trial_doc_of
 from gridml.executors.panda_render import PandaTask, render_task_params
@@ -49,7 +50,6 @@ TRIAL_STATE = {
     "aborting": "killed", "toabort": "killed", "aborted": "killed",
 }
 RETRYABLE = ("finished", "failed")  # what retryTask accepts from a user
-JOURNAL = "panda.json"
 
 
 def trial_state(panda_status: str) -> str:
@@ -77,37 +77,36 @@ class PandaExecutor:
         attempt = int(req.extra.get("attempt") or 1)
         task = task_from_request(loaded, req, doc, resolve_nickname(loaded.spec),
                                  source_url=pc.source_url(), client_version=pc.client_version())
-        journal = _read_journal(req.workdir)
-        if journal:
-            found = self._resume(journal, attempt, task, req)
+        noted = journal.read(req.workdir)
+        if noted:
+            found = self._resume(noted, attempt, req)
             if found:
                 return found
-        params = render_task_params(self._named(task, journal, attempt))
+        params = render_task_params(self._named(task, noted, attempt))
         task_id = self._insert(params, req, attempt)
         return self._remember(task_id, params, Path(doc["output_dir"]))
 
-    def _named(self, task: PandaTask, journal: dict[str, Any] | None, attempt: int) -> PandaTask:
+    def _named(self, task: PandaTask, noted: dict[str, Any] | None, attempt: int) -> PandaTask:
         """A fresh task name (``.aK``) when the trial's earlier task cannot be retried."""
-        if journal and journal.get("attempt", 1) < attempt:
+        if noted and noted.get("attempt", 1) < attempt:
             return replace(task, name_suffix=f".a{attempt}")
         return task
 
-    def _resume(self, journal: dict[str, Any], attempt: int, task: PandaTask,
-                req: TaskRequest) -> str | None:
+    def _resume(self, noted: dict[str, Any], attempt: int, req: TaskRequest) -> str | None:
         """The handle of the journaled task when it serves this attempt (resubmission or retry)."""
-        task_id = int(journal["jediTaskID"])
+        task_id = int(noted["jediTaskID"])
         try:
             status = pc.task_status(task_id)
         except NotFoundError:
             return None
-        if journal.get("attempt", 1) >= attempt:
+        if noted.get("attempt", 1) >= attempt:
             log.info("trial %d: task %d already submitted (%s)", req.trial_number, task_id, status)
         elif status in RETRYABLE:
             log.info("trial %d attempt %d: retryTask %d (%s): %s", req.trial_number, attempt,
                      task_id, status, pc.retry(task_id))
+            journal.record_retry(req.workdir, task_id, status, attempt)
         else:
             return None
-        _write_journal(req.workdir, dict(journal, attempt=attempt))
         return self._remember(task_id, pc.task_params(task_id), None)
 
     def _insert(self, params: dict[str, Any], req: TaskRequest, attempt: int) -> int:
@@ -118,8 +117,7 @@ class PandaExecutor:
         except DuplicateTaskError as dup:
             task_id = int(dup.task_id)  # type: ignore[attr-defined]
             log.warning("trial %d: %s: following the existing task", req.trial_number, dup)
-        _write_journal(req.workdir, {"taskName": params["taskName"], "jediTaskID": task_id,
-                                     "attempt": attempt, "server": pc.server_url()})
+        journal.record_task(req.workdir, params["taskName"], task_id, attempt, pc.server_url())
         return task_id
 
     def _remember(self, task_id: int, params: dict[str, Any], output_dir: Path | None) -> str:
@@ -141,6 +139,10 @@ class PandaExecutor:
             return TaskStatus("unknown", str(exc))
         state = trial_state(status)
         message = f"PanDA task {task_id} is {status}"
+        waited = journal.retry_pending(output_dir.parent, task_id, status)
+        if waited is not None:  # the old final status, until JEDI acts on the retry
+            return TaskStatus("submitted", f"{message}; retry registered {waited:.0f} s ago, "
+                                           "waiting for JEDI to act on it")
         if state in ("completed", "failed", "killed"):
             message += _job_summary(task_id)
         if state == "completed":
@@ -187,7 +189,10 @@ class PandaExecutor:
 
     def retry(self, handle: str) -> str:
         """retryTask: PanDA runs the task's failed jobs again; the handle stays the same."""
-        log.info("%s: %s", handle, pc.retry(task_id_of(handle)))
+        task_id = task_id_of(handle)
+        status = pc.task_status(task_id)
+        log.info("%s: %s", handle, pc.retry(task_id))
+        journal.record_retry(self._task(handle)[1].parent, task_id, status)
         return handle
 
     def close(self) -> None:
@@ -217,18 +222,3 @@ def task_id_of(handle: str) -> int:
         return int(handle.rsplit(":", 1)[-1])
     except ValueError:
         raise ExecutorError(f"{handle!r} is not a PanDA task handle (panda:<jediTaskID>)") from None
-
-
-def _read_journal(workdir: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads((workdir / JOURNAL).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and "jediTaskID" in doc else None
-
-
-def _write_journal(workdir: Path, doc: dict[str, Any]) -> None:
-    workdir.mkdir(parents=True, exist_ok=True)
-    tmp = workdir / f".{JOURNAL}.tmp"
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
-    tmp.replace(workdir / JOURNAL)

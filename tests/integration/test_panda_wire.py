@@ -115,12 +115,16 @@ def test_a_later_attempt_of_a_failed_trial_is_a_retry_of_its_task(panda: PandaDo
     task_id = task_id_of(trial.external_id)
     panda.jedi.fail_next, panda.jedi.hold = 2, False
     panda.jedi.wait(task_id, ("failed",))
-    panda.jedi.hold = True
+    panda.jedi.hold, panda.jedi.command_delay_s = True, 1.5  # JEDI acts on commands later
     again = campaign.store.update_trial(trial.id, attempts=trial.attempts + 1)
     assert campaign.executor.submit(request_for(campaign, again)) == trial.external_id
+    waiting = PandaExecutor().poll(trial.external_id)  # still "failed" at PanDA: not the new attempt's end
+    assert waiting.state == "submitted" and "retry registered" in waiting.message
     assert panda.jedi.wait(task_id, ("ready",)) == "ready" and len(panda.jedi.tasks) == 2
+    assert campaign.executor.poll(trial.external_id).state == "submitted"
     journal = json.loads((campaign.runs_dir / "wire" / f"trial-{trial.number:04d}" / "panda.json").read_text())
     assert journal["attempt"] == 2 and journal["jediTaskID"] == task_id
+    assert "retry_pending" not in journal  # cleared once the task left "failed"
 
 
 def test_a_refused_task_is_a_clear_error(panda: PandaDouble, spec: Path) -> None:

@@ -38,6 +38,7 @@ class Task:
     datasets: dict[str, str] = field(default_factory=dict)  # stream -> dataset names
     error: str = ""
     command: str | None = None  # a pending kill/retry/incexec
+    command_at: float = 0.0
 
     def set(self, status: str) -> None:
         self.status = status
@@ -59,6 +60,7 @@ class Jedi:
         self.hold = False  # True: ready tasks wait (a queue without free slots)
         self.fail_next = 0  # the next N jobs fail at stage-in (a lost worker node)
         self.finish_next = 0  # the next N tasks end "finished": JEDI counted input files as failed
+        self.command_delay_s = 0.0  # commands are registered, JEDI acts on them this much later
         self._next_task, self._next_job = 1000, 5000
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -96,7 +98,7 @@ class Jedi:
                        "You can re-submit the task with new parameters for the same or another "
                        "input once it goes into finished/failed/done. Or you can retry the task "
                        "once it goes into running/finished/failed/done. ")
-        old.command = "incexec"
+        old.command, old.command_at = "incexec", time.monotonic()
         return 3, ("reactivation accepted. "
                    f"jediTaskID={old.task_id} (currently in {old.status} state) will be "
                    "re-executed with old and/or new input")
@@ -113,7 +115,7 @@ class Jedi:
             if not allowed:
                 return 4, (f"Command rejected: the {com} command is not accepted if the task is "
                            f"in {task.status} status ")
-            task.command = com
+            task.command, task.command_at = com, time.monotonic()
             return 0, (f"command={com} is registered for task ID {task_id}. "
                        "will be executed in a few minutes")
 
@@ -143,7 +145,7 @@ class Jedi:
     def step(self, task: Task) -> None:
         """Advance one task by one state (or act on its pending command)."""
         with self._lock:
-            if task.command:
+            if task.command and time.monotonic() - task.command_at >= self.command_delay_s:
                 return self._act(task)
             if task.status == "registered":
                 return self._define(task)

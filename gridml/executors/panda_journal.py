@@ -1,0 +1,62 @@
+"""The per-trial journal ``<workdir>/panda.json``: which PanDA task serves the trial, for which
+attempt, and a retry that JEDI has not acted on yet.
+
+Written as soon as the server answers, so a controller restarted after a crash finds its tasks
+without asking the server. A ``retryTask`` is only registered by the server ("will be executed in
+a few minutes"): until JEDI acts the task still shows its old final status, which must not end
+the new attempt, so the retry is noted here with the status it left from.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+JOURNAL = "panda.json"
+RETRY_GRACE_S = 1800.0  # after this long a retry JEDI never acted on counts as refused
+
+
+def read(workdir: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((workdir / JOURNAL).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and "jediTaskID" in doc else None
+
+
+def write(workdir: Path, doc: dict[str, Any]) -> None:
+    """Atomically (write, then rename)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    tmp = workdir / f".{JOURNAL}.tmp"
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
+    tmp.replace(workdir / JOURNAL)
+
+
+def record_task(workdir: Path, task_name: str, task_id: int, attempt: int, server: str) -> None:
+    write(workdir, {"taskName": task_name, "jediTaskID": task_id, "attempt": attempt,
+                    "server": server})
+
+
+def record_retry(workdir: Path, task_id: int, from_status: str, attempt: int | None = None) -> None:
+    doc = read(workdir) or {"jediTaskID": task_id}
+    if attempt is not None:
+        doc["attempt"] = attempt
+    doc["retry_pending"] = {"from": from_status, "since": time.time()}
+    write(workdir, doc)
+
+
+def retry_pending(workdir: Path, task_id: int, status: str) -> float | None:
+    """Seconds since a retry of ``task_id`` was registered while the task still shows the status
+    it was retried from; None when there is none (a status that moved on clears the note)."""
+    doc = read(workdir)
+    pending = (doc or {}).get("retry_pending")
+    if not doc or not pending or int(doc["jediTaskID"]) != task_id:
+        return None
+    age = time.time() - float(pending["since"])
+    if status == pending["from"] and age < RETRY_GRACE_S:
+        return age
+    doc.pop("retry_pending")
+    write(workdir, doc)
+    return None
