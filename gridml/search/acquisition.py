@@ -1,8 +1,21 @@
-"""One batch of Bayesian proposals: fitted kernel, constant liar, bounded EI maximisation."""
+"""One batch of Bayesian proposals: the kernel fitted once, constant liar, bounded search.
+
+Each point of a batch maximises its acquisition over a bounded candidate set: ``candidates``
+uniform draws, draws around the best observations, four shrinking rounds of perturbations around
+the best candidates, and L-BFGS-B over the real-valued features from the two best (central
+differences, one vectorised posterior call per step). The chosen point is then added to the
+posterior with the liar's value (the best observation, ``liar: min``) so the next point of the
+batch goes elsewhere; pending trials are added the same way before the first point.
+
+The acquisition is the lower confidence bound ``mu - kappa * sd`` with ``kappa`` stepping through
+``kappas`` (default 0, 1, 2, 3) by the study position of the point: every batch holds an
+exploiting point (the minimum of the posterior mean) and increasingly exploring ones, and a
+sequential study cycles through them. ``acquisition: ei`` uses expected improvement instead.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -15,21 +28,28 @@ RADII = (0.1, 0.03, 0.01, 0.003)  # local rounds, in feature units
 STARTS = 8  # best candidates refined locally
 PER_START = 32  # perturbations per start and round
 TOP_OBSERVED = 5  # observations whose neighbourhoods are sampled
+POLISH = 2  # best local results polished by L-BFGS-B over the real-valued features
+POLISH_ITERATIONS = 30
+LIARS: dict[str, Callable[[np.ndarray], Any]] = {"min": np.min, "mean": np.mean, "max": np.max}
+
+Score = Callable[[np.ndarray], np.ndarray]
 
 
 class Batch:
     def __init__(self, space: Space, points: list[Point], y: np.ndarray,
                  rng: np.random.Generator, options: Mapping[str, Any]) -> None:
-        from gridml.search.bayes import LIARS
-
         self.space, self.enc, self.rng = space, Encoder(space), rng
         self.candidates, self.xi = int(options["candidates"]), float(options["xi"])
         feats = self.enc.encode(space.columns(points))
-        fitted = fit_kernel(feats, y, int(rng.integers(2**31)), int(options["restarts"]))
-        self.post = Posterior(fitted, feats, y)
+        centre = float(np.quantile(y, float(options["prior_quantile"])))
+        fitted = fit_kernel(feats, y, int(rng.integers(2**31)), int(options["restarts"]), centre,
+                            int(options["fit_max"]))
+        self.post = Posterior(fitted, feats, y, (centre, float(np.std(y)) or 1.0))
         self.best = float(np.min(y))
         self.lie = float(LIARS[options["liar"]](y))
         self.anchors = feats[np.argsort(y)[:TOP_OBSERVED]]
+        self.real_cols = [self.enc.blocks[p.name].start for p in space.params if p.type == "real"]
+        self.score: Score = self._ei
 
     def pretend(self, points: list[Point]) -> None:
         """Condition on ``points`` as if they had returned the liar's value."""
@@ -37,10 +57,14 @@ class Batch:
             feats = self.enc.encode(self.space.columns(points))
             self.post = self.post.add(feats, np.full(len(points), self.lie))
 
-    def propose(self, seen: set[tuple]) -> Point | None:
-        """The new point of highest EI (None when no candidate is new), then pretend it."""
-        feats, ei = self._search()
-        for i in np.argsort(-ei):
+    def propose(self, seen: set[tuple], kappa: float | None) -> Point | None:
+        """The new point of best acquisition (None when no candidate is new), then pretend it.
+
+        ``kappa``: lower confidence bound with this weight on the deviation; None: EI.
+        """
+        self.score = self._ei if kappa is None else self._lcb(kappa)
+        feats, score = self._search()
+        for i in np.argsort(-score):
             cols = self.enc.snap(feats[i : i + 1])
             key = self.space.keys(cols)[0]
             if key not in seen:
@@ -51,20 +75,46 @@ class Batch:
 
     def _search(self) -> tuple[np.ndarray, np.ndarray]:
         pool = np.vstack([self._random(), self._around(self.anchors, 0.1, 64)])
-        ei = self._ei(pool)
-        starts = pool[np.argsort(-ei)[:STARTS]]
-        start_ei = np.sort(ei)[::-1][:STARTS]
-        found, found_ei = [pool], [ei]
+        score = self.score(pool)
+        order = np.argsort(-score)[:STARTS]
+        starts, start_score = pool[order], score[order]
+        found, found_score = [pool], [score]
         for r in RADII:
             trial = self._around(starts, r, PER_START)
-            t_ei = self._ei(trial).reshape(len(starts), PER_START)
-            j = np.argmax(t_ei, axis=1)
-            better = t_ei[np.arange(len(starts)), j] > start_ei
+            t_score = self.score(trial).reshape(len(starts), PER_START)
+            j = np.argmax(t_score, axis=1)
+            better = t_score[np.arange(len(starts)), j] > start_score
             starts[better] = trial.reshape(len(starts), PER_START, -1)[better, j[better]]
-            start_ei = np.maximum(start_ei, t_ei.max(axis=1))
+            start_score = np.maximum(start_score, t_score.max(axis=1))
             found.append(trial)
-            found_ei.append(t_ei.ravel())
-        return np.vstack(found), np.concatenate(found_ei)
+            found_score.append(t_score.ravel())
+        polished = np.array([self._polish(x) for x in starts[np.argsort(-start_score)[:POLISH]]])
+        found.append(polished)
+        found_score.append(self.score(polished))
+        return np.vstack(found), np.concatenate(found_score)
+
+    def _polish(self, x: np.ndarray) -> np.ndarray:
+        """L-BFGS-B on the real-valued features of ``x`` (central differences, one call each)."""
+        from scipy.optimize import minimize
+
+        cols = [j for j in self.real_cols if x[j] >= 0.0]
+        if not cols:
+            return x
+        k, h = len(cols), 1e-5
+        steps = np.vstack([np.zeros(k), h * np.eye(k), -h * np.eye(k)])
+        scale = abs(float(self.score(x[None])[0])) or 1e-12
+
+        def f(v: np.ndarray) -> tuple[float, np.ndarray]:
+            rows = np.repeat(x[None], 2 * k + 1, axis=0)
+            rows[:, cols] = v + steps
+            s = self.score(rows) / scale
+            return -float(s[0]), -(s[1 : k + 1] - s[k + 1 :]) / (2 * h)
+
+        res = minimize(f, x[cols], jac=True, method="L-BFGS-B", bounds=[(0.0, 1.0)] * k,
+                       options={"maxiter": POLISH_ITERATIONS})
+        out = x.copy()
+        out[cols] = np.clip(res.x, 0.0, 1.0)
+        return out
 
     def _random(self) -> np.ndarray:
         return self.enc.unit_to_features(self.rng.random((self.candidates, self.space.dims)))
@@ -73,6 +123,12 @@ class Batch:
         noise = self.rng.normal(0.0, radius, (len(centres), per, centres.shape[1]))
         raw = (centres[:, None, :] + noise).reshape(-1, centres.shape[1])
         return self.enc.encode(self.enc.snap(raw))
+
+    def _lcb(self, kappa: float) -> Score:
+        def score(feats: np.ndarray) -> np.ndarray:
+            mu, sd = self.post.predict(feats, sd=kappa > 0)
+            return -(mu - kappa * sd)
+        return score
 
     def _ei(self, feats: np.ndarray) -> np.ndarray:
         mu, sd = self.post.predict(feats)

@@ -23,21 +23,17 @@ import numpy as np
 from gridml.search.base import BaseSearcher, Point
 from gridml.search.random import draw_novel
 
-LIARS = {"min": np.min, "mean": np.mean, "max": np.max}
-
 
 class BayesSearcher(BaseSearcher):
     name = "bayes"
-    defaults: dict[str, Any] = {"n_initial_points": 10, "xi": 0.01, "liar": "min",
-                                "candidates": 1000, "restarts": 2}
+    defaults: dict[str, Any] = {"n_initial_points": 10, "acquisition": "lcb",
+                                "kappas": (0.0, 1.0, 2.0, 3.0), "xi": 0.01, "liar": "min",
+                                "prior_quantile": 0.75, "candidates": 1000, "restarts": 2,
+                                "fit_max": 100}
 
     def __init__(self, space: Any, **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
-        from gridml.errors import SearchError
-
-        if self.options["liar"] not in LIARS:
-            raise SearchError(f"search.options.liar: {self.options['liar']!r} is not known",
-                              hint=f"use one of {sorted(LIARS)}")
+        check_options(self.options)
 
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
         out = self._initial(n, len(self.told) + len(pending), seen)
@@ -59,6 +55,12 @@ class BayesSearcher(BaseSearcher):
         u = sobol.random(1 << max(total - 1, 1).bit_length())[count:total]
         return self.novel(self.space.points(self.space.from_unit(u)), seen, n)
 
+    def _kappa(self, position: int) -> float | None:
+        if self.options["acquisition"] == "ei":
+            return None
+        kappas = self.options["kappas"]
+        return float(kappas[position % len(kappas)])
+
     def _batch(self, k: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
         from threadpoolctl import threadpool_limits
 
@@ -69,11 +71,35 @@ class BayesSearcher(BaseSearcher):
             batch = Batch(self.space, points, y, self.rng(pending, salt=1), self.options)
             batch.pretend(pending)
             out: list[Point] = []
-            for _ in range(k):
-                point = batch.propose(seen)
+            start = len(self.told) + len(pending)
+            for i in range(k):
+                point = batch.propose(seen, self._kappa(start + i))
                 if point is None:
                     break
                 out.append(point)
         if len(out) < k:  # a small discrete space nearly used up
             out += draw_novel(self, self.rng(pending, salt=3), k - len(out), seen)
         return out
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """Refuse option values the Bayesian searcher cannot use, naming the fix."""
+    from gridml.errors import SearchError
+    from gridml.search.acquisition import LIARS
+
+    problems = []
+    if options["liar"] not in LIARS:
+        problems.append(f"liar: {options['liar']!r} is not known; use one of {sorted(LIARS)}")
+    if options["acquisition"] not in ("lcb", "ei"):
+        problems.append(f"acquisition: {options['acquisition']!r} is not known; use lcb or ei")
+    kappas = options["kappas"]
+    if not isinstance(kappas, (list, tuple)) or not kappas or not all(
+            isinstance(k, (int, float)) and k >= 0 for k in kappas):
+        problems.append(f"kappas: {kappas!r} must be a non-empty list of numbers >= 0")
+    if not 0.0 <= float(options["prior_quantile"]) <= 1.0:
+        problems.append("prior_quantile: must be between 0 and 1")
+    for key in ("n_initial_points", "candidates", "restarts", "fit_max"):
+        if isinstance(options[key], bool) or not isinstance(options[key], int) or options[key] < 0:
+            problems.append(f"{key}: must be a whole number >= 0 (got {options[key]!r})")
+    if problems:
+        raise SearchError("search.options: " + "; ".join(problems))

@@ -26,6 +26,7 @@ AMP_BOUNDS = (0.01, 1000.0)  # skopt's ConstantKernel bounds
 SCALE_BOUNDS = (0.01, 100.0)  # skopt's Matern length-scale bounds
 NOISE_BOUNDS = (1e-5, 1e5)  # sklearn's WhiteKernel default bounds
 SQRT5 = np.sqrt(5.0)
+PRIOR_SHAPE, PRIOR_RATE = 3.0, 6.0  # length scales ~ Gamma(3, 6): mean 0.5 of the unit range
 
 
 @dataclass
@@ -34,13 +35,20 @@ class Fitted:
     noise: float  # variance of the Gaussian noise, on normalised targets
 
 
-def fit_kernel(feats: np.ndarray, y: np.ndarray, seed: int, restarts: int) -> Fitted:
-    """Fit the kernel hyperparameters once (the expensive step of Bayesian optimisation)."""
+def fit_kernel(feats: np.ndarray, y: np.ndarray, seed: int, restarts: int,
+               centre: float | None = None, most: int = 0) -> Fitted:
+    """Fit the kernel hyperparameters once (the expensive step of Bayesian optimisation).
+
+    ``most`` > 0: fit on a random subset of at most that many rows (the posterior still uses all).
+    """
+    rng = np.random.default_rng(seed)
+    z = (y - (np.mean(y) if centre is None else centre)) / (np.std(y) or 1.0)
+    if 0 < most < len(y):
+        keep = np.sort(rng.choice(len(y), most, replace=False))
+        feats, z = feats[keep], z[keep]
     n, d = feats.shape
-    z = (y - np.mean(y)) / (np.std(y) or 1.0)
     diff2 = ((feats.T[:, :, None] - feats.T[:, None, :]) ** 2).reshape(d, n * n)  # once
     bounds = np.log([AMP_BOUNDS] + [SCALE_BOUNDS] * d + [NOISE_BOUNDS])
-    rng = np.random.default_rng(seed)
     starts = [np.zeros(d + 2)] + [rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(restarts)]
     best = min((_optimise(theta, diff2, z, bounds) for theta in starts), key=lambda r: r[1])
     return _as_kernel(np.exp(best[0]))
@@ -70,11 +78,18 @@ def neg_log_likelihood(theta: np.ndarray, diff2: np.ndarray,
         return 1e25, np.zeros_like(theta)
     alpha = cho_solve((chol, True), z, check_finite=False)
     nll = 0.5 * z @ alpha + np.log(np.diag(chol)).sum() + 0.5 * n * np.log(2 * np.pi)
-    kinv, _ = lapack.dpotri(chol, lower=1)
-    kinv = np.tril(kinv) + np.tril(kinv, -1).T
-    w = np.outer(alpha, alpha) - kinv
-    g_scales = inv2 * (diff2 @ (w * (amp * 5.0 / 3.0 * (1.0 + SQRT5 * r) * e)).ravel())
-    grad = np.concatenate([[np.sum(w * kf)], g_scales, [noise * np.trace(w)]])
+    kinv, _ = lapack.dpotri(chol, lower=1)  # lower triangle of K^-1, zeros above
+    dk = amp * 5.0 / 3.0 * (1.0 + SQRT5 * r) * e  # d k / d (r^2 / 2), symmetric, zero diagonal
+    # 0.5 * trace((alpha alpha^T - K^-1) dK/dtheta) for each hyperparameter; K^-1 is symmetric,
+    # so sum(K^-1 * M) = 2 * sum(lower * M) - sum(diag * diag(M)) for symmetric M
+    aa = np.outer(alpha, alpha)
+    g_amp = alpha @ kf @ alpha - (2.0 * np.sum(kinv * kf) - np.diag(kinv) @ np.diag(kf))
+    g_scales = inv2 * (diff2 @ (aa * dk).ravel() - 2.0 * (diff2 @ (kinv * dk).ravel()))
+    g_noise = noise * (alpha @ alpha - np.trace(kinv))
+    grad = np.concatenate([[g_amp], g_scales, [g_noise]])
+    scales = np.exp(theta[1:-1])  # Gamma(3, 6) prior on each length scale, in log coordinates
+    nll += np.sum(PRIOR_RATE * scales - PRIOR_SHAPE * theta[1:-1])
+    grad[1:-1] -= 2.0 * (PRIOR_RATE * scales - PRIOR_SHAPE)
     return float(nll), -0.5 * grad
 
 
@@ -102,10 +117,12 @@ class Posterior:
         return Posterior(self.fitted, np.vstack([self.feats, feats]), np.concatenate([self.y, y]),
                          (self.mean, self.std))
 
-    def predict(self, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and standard deviation at ``feats``, in the units of ``y``."""
+    def predict(self, feats: np.ndarray, sd: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation (zeros unless ``sd``) at ``feats``, in units of ``y``."""
         ks = self.fitted.kernel(feats, self.feats)
         mu = ks @ self.alpha
+        if not sd:
+            return self.mean + self.std * mu, np.zeros(len(mu))
         v = solve_triangular(self.chol, ks.T, lower=True, check_finite=False)
         var = self.fitted.kernel.diag(feats) - np.einsum("ij,ij->j", v, v)
         sd = np.sqrt(np.maximum(var, 1e-12))

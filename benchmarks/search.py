@@ -1,0 +1,229 @@
+"""Search benchmark (issue 7): sample efficiency, batch speed, early stopping, in one run.
+
+    .venv/bin/python benchmarks/search.py [--seeds 10] [--evals 50] [--batch 4]
+
+1. Best value after 25 and 50 evaluations (batches of 4, the searcher rebuilt from the
+   observations before every batch, as the controller does) on skopt.benchmarks' branin and
+   hart6 and on a mixed problem with a categorical and an int dimension, for gridml's bayes,
+   random and evolution and Optuna's TPE sampler (the reference peer; Optuna is needed by this
+   benchmark only).
+2. Wall time of one ``ask(8)`` at 50 and 200 observations of hart6: gridml's bayes (rebuild:
+   create + tell + ask) vs scikit-optimize's default ``Optimizer(dims, base_estimator="GP")``
+   told the same observations, then ``ask(n_points=8)`` (its tell is not counted).
+3. Early stopping on recorded learning curves (scikit-learn MLPs of random learning rate and
+   width, validation log-loss per epoch), replayed as a campaign of 4 trials at once: the fraction
+   of epochs saved and whether the best trial ran to the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gridml import search  # noqa: E402
+from gridml.search.replay import best_index, replay  # noqa: E402
+
+Problem = tuple[dict[str, Any], Callable[[dict[str, Any]], float], float]
+
+
+def problems() -> dict[str, Problem]:
+    """name -> (space, objective on a point, known minimum)."""
+    from skopt.benchmarks import branin, hart6
+
+    b_space = {"x1": {"type": "real", "low": -5.0, "high": 10.0},
+               "x2": {"type": "real", "low": 0.0, "high": 15.0}}
+    h_space = {f"x{i}": {"type": "real", "low": 0.0, "high": 1.0} for i in range(6)}
+    offsets = {"a": 0.0, "b": 1.0, "c": 3.0, "d": 10.0}
+    m_space = {**b_space, "kind": {"type": "categorical", "choices": list(offsets)},
+               "n": {"type": "int", "low": 1, "high": 10}}
+
+    def mixed(p: dict[str, Any]) -> float:
+        return branin([p["x1"], p["x2"]]) + offsets[p["kind"]] + 0.1 * (p["n"] - 7) ** 2
+
+    return {
+        "branin": (b_space, lambda p: branin([p["x1"], p["x2"]]), 0.397887),
+        "hart6": (h_space, lambda p: hart6(np.array([p[f"x{i}"] for i in range(6)])), -3.32237),
+        "mixed (cat+int)": (m_space, mixed, 0.397887),
+    }
+
+
+def run_gridml(algo: str, prob: Problem, seed: int, evals: int, batch: int) -> tuple[list, float]:
+    space, f, _ = prob
+    told: list[dict[str, Any]] = []
+    values: list[float] = []
+    spent = 0.0
+    while len(told) < evals:
+        t0 = time.perf_counter()
+        s = search.create(algo, space, seed=seed)
+        s.tell(told, values)
+        points = s.ask(min(batch, evals - len(told)))
+        spent += time.perf_counter() - t0
+        told += points
+        values += [f(p) for p in points]
+    return values, spent
+
+
+def run_tpe(prob: Problem, seed: int, evals: int, batch: int) -> tuple[list, float]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space, f, _ = prob
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+    values: list[float] = []
+    spent = 0.0
+    while len(values) < evals:
+        t0 = time.perf_counter()
+        trials = [study.ask() for _ in range(min(batch, evals - len(values)))]
+        points = [{k: _suggest(t, k, d) for k, d in space.items()} for t in trials]
+        spent += time.perf_counter() - t0
+        for t, p in zip(trials, points):
+            values.append(f(p))
+            study.tell(t, values[-1])
+    return values, spent
+
+
+def _suggest(trial: Any, name: str, d: dict[str, Any]) -> Any:
+    if d["type"] == "categorical":
+        return trial.suggest_categorical(name, d["choices"])
+    if d["type"] == "int":
+        return trial.suggest_int(name, int(d["low"]), int(d["high"]), log=d.get("log", False))
+    return trial.suggest_float(name, d["low"], d["high"], log=d.get("log", False))
+
+
+def quality(args: argparse.Namespace) -> None:
+    marks = sorted({args.evals // 2, args.evals})
+    print(f"\n## Best value found ({args.seeds} seeds, batches of {args.batch}): "
+          "median [25%, 75%] over seeds\n")
+    head = " | ".join(f"after {m}" for m in marks)
+    print(f"| problem (minimum) | algorithm | {head} | search time per campaign |")
+    print("|---|---|" + "---|" * len(marks) + "---|")
+    for name, prob in problems().items():
+        for algo in args.algorithms:
+            runs = [(run_tpe(prob, s, args.evals, args.batch) if algo == "tpe" else
+                     run_gridml(algo, prob, s, args.evals, args.batch)) for s in range(args.seeds)]
+            cells = [_spread([min(v[:m]) for v, _ in runs]) for m in marks]
+            spent = statistics.median(t for _, t in runs)
+            label = "optuna TPE" if algo == "tpe" else f"gridml {algo}"
+            print(f"| {name} ({prob[2]:.4g}) | {label} | {' | '.join(cells)} | {spent:.1f} s |",
+                  flush=True)
+
+
+def _spread(xs: list[float]) -> str:
+    q1, med, q3 = np.percentile(xs, [25, 50, 75])
+    return f"{med:.4g} [{q1:.4g}, {q3:.4g}]"
+
+
+def timing(args: argparse.Namespace) -> None:
+    from skopt import Optimizer
+
+    space, f, _ = problems()["hart6"]
+    print("\n## Wall time of one ask(8) on hart6 (seconds)\n")
+    print("| observations | gridml bayes (create+tell+ask) | skopt default ask(n_points=8) | ratio |")
+    print("|---|---|---|---|")
+    for n in args.timing_obs:
+        rng = np.random.default_rng(n)
+        x = rng.random((n, 6))
+        points = [{f"x{i}": float(v) for i, v in enumerate(row)} for row in x]
+        y = [f(p) for p in points]
+        ours = []
+        for rep in range(3):
+            t0 = time.perf_counter()
+            s = search.create("bayes", space, seed=rep)
+            s.tell(points, y)
+            s.ask(8)
+            ours.append(time.perf_counter() - t0)
+        theirs = float("nan")
+        if not args.skip_skopt:
+            opt = Optimizer([(0.0, 1.0)] * 6, base_estimator="GP", random_state=0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                opt.tell([list(r) for r in x], y)
+                t0 = time.perf_counter()
+                opt.ask(n_points=8)
+                theirs = time.perf_counter() - t0
+        mine = statistics.median(ours)
+        print(f"| {n} | {mine:.2f} | {theirs:.1f} | {theirs / mine:.0f}x |", flush=True)
+
+
+def record_curves(n_trials: int, epochs: int, seed: int = 0) -> list[list[float]]:
+    """Validation log-loss per epoch of scikit-learn MLPs with random learning rate and width."""
+    from sklearn.datasets import make_classification
+    from sklearn.metrics import log_loss
+    from sklearn.neural_network import MLPClassifier
+
+    x, y = make_classification(n_samples=2500, n_features=20, n_informative=8, flip_y=0.05,
+                               random_state=seed)
+    rng = np.random.default_rng(seed)
+    curves = []
+    for t in range(n_trials):
+        model = MLPClassifier((int(rng.integers(4, 64)),), batch_size=64, random_state=t,
+                              learning_rate_init=10 ** rng.uniform(-4.5, -0.5))
+        curve = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(epochs):
+                model.partial_fit(x[:2000], y[:2000], classes=[0, 1])
+                curve.append(round(float(log_loss(y[2000:], model.predict_proba(x[2000:]))), 5))
+        curves.append(curve)
+    return curves
+
+
+def stopping(args: argparse.Namespace) -> None:
+    path = Path(args.curves_file) if args.curves_file else None
+    if path and path.exists():
+        curves = json.loads(path.read_text())
+    else:
+        curves = record_curves(args.curves, args.epochs)
+        if path:
+            path.write_text(json.dumps(curves))
+    best = best_index(curves)
+    print(f"\n## Early stopping on {len(curves)} recorded learning curves x {len(curves[0])} "
+          f"epochs, 4 trials at once\n")
+    print("| rule | epochs run | saved | trials pruned | best trial ran to the end |"
+          " best value of the finished trials (best overall) |")
+    print("|---|---|---|---|---|---|")
+    rules: list[dict[str, Any] | None] = [None, {"rule": "median", "min_epochs": 2},
+                                          {"rule": "asha", "min_epochs": 1, "reduction": 3},
+                                          {"rule": "asha", "min_epochs": 2, "reduction": 2}]
+    overall = min(curves[best])
+    for rule in rules:
+        r = replay(rule, curves, parallel=4)
+        survived = best not in r.pruned
+        finished = min(min(curves[t]) for t, n in r.ran.items() if n == len(curves[t]))
+        name = "none" if rule is None else ", ".join(f"{k}: {v}" for k, v in rule.items())
+        print(f"| {name} | {r.epochs_run}/{r.epochs_total} | {r.saved:.0%} | {len(r.pruned)} | "
+              f"{'yes' if survived else 'no'} | {finished:.4f} ({overall:.4f}) |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--evals", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--algorithms", nargs="+", default=["bayes", "random", "evolution", "tpe"])
+    ap.add_argument("--timing-obs", type=int, nargs="+", default=[50, 200])
+    ap.add_argument("--skip-skopt", action="store_true", help="time gridml only (skopt: minutes)")
+    ap.add_argument("--curves", type=int, default=24, help="learning curves to record")
+    ap.add_argument("--epochs", type=int, default=12)
+    ap.add_argument("--curves-file", help="JSON file to keep the recorded curves in (reused)")
+    ap.add_argument("--only", choices=["quality", "timing", "stopping"], nargs="+",
+                    default=["quality", "timing", "stopping"])
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    for part in args.only:
+        {"quality": quality, "timing": timing, "stopping": stopping}[part](args)
+    print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
