@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ TRIAL_STATE = {
     "aborting": "killed", "toabort": "killed", "aborted": "killed",
 }
 RETRYABLE = ("finished", "failed")  # what retryTask accepts from a user
+REGISTER_GRACE_S = 3600.0  # a new task is in DEFT's table only, unknown to JEDI, this long at most
 
 
 def trial_state(panda_status: str) -> str:
@@ -68,6 +70,7 @@ class PandaExecutor:
         self.loaded = loaded
         self._data = data
         self._tasks: dict[str, tuple[dict[str, Any], Path]] = {}  # handle -> (params, output_dir)
+        self._missing: dict[str, float] = {}  # handle -> since when JEDI does not know the task
 
     # -- submit ------------------------------------------------------------------------------
     def submit(self, req: TaskRequest) -> str:
@@ -133,7 +136,7 @@ class PandaExecutor:
             status = pc.task_status(task_id)
             params, output_dir = self._task(handle)
         except NotFoundError as exc:
-            return TaskStatus("failed", str(exc))
+            return self._not_found(handle, task_id, exc)
         except ExecutorError as exc:  # server down: keep waiting, PanDA keeps the task
             log.warning("%s: %s", handle, exc)
             return TaskStatus("unknown", str(exc))
@@ -150,6 +153,23 @@ class PandaExecutor:
         if state in ("failed", "killed"):
             return TaskStatus(state, message, log_tail=self._log_tail(params, task_id))
         return TaskStatus(state, message)
+
+    def _not_found(self, handle: str, task_id: int, exc: NotFoundError) -> TaskStatus:
+        """A new task sits in DEFT's table until JEDI registers it: getTaskStatus does not know it
+        yet. That is "submitted" for a while after the submission, then an error."""
+        since = self._missing.setdefault(handle, self._submitted_at(handle, task_id) or time.time())
+        age = time.time() - since
+        if age < REGISTER_GRACE_S:
+            return TaskStatus("submitted", f"PanDA task {task_id} is not registered by JEDI yet "
+                                           f"({age:.0f} s after its submission)")
+        return TaskStatus("failed", f"{exc}; JEDI still does not know it {age / 60:.0f} min "
+                                    "after its submission")
+
+    def _submitted_at(self, handle: str, task_id: int) -> float | None:
+        if handle not in self._tasks:
+            return None
+        noted = journal.read(self._tasks[handle][1].parent) or {}
+        return noted.get("submitted_at") if noted.get("jediTaskID") == task_id else None
 
     def _task(self, handle: str) -> tuple[dict[str, Any], Path]:
         if handle not in self._tasks:  # a restarted controller: ask the server

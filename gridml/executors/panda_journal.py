@@ -36,7 +36,7 @@ def write(workdir: Path, doc: dict[str, Any]) -> None:
 
 def record_task(workdir: Path, task_name: str, task_id: int, attempt: int, server: str) -> None:
     write(workdir, {"taskName": task_name, "jediTaskID": task_id, "attempt": attempt,
-                    "server": server})
+                    "server": server, "submitted_at": time.time()})
 
 
 def record_retry(workdir: Path, task_id: int, from_status: str, attempt: int | None = None) -> None:

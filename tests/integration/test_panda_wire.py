@@ -66,9 +66,19 @@ def test_each_trial_becomes_one_task_with_the_rendered_parameters(panda: PandaDo
 
 
 def test_a_resubmission_after_a_controller_crash_finds_the_same_task(panda: PandaDouble, spec: Path) -> None:
+    panda.jedi.register_delay_s = 1.0  # new tasks reach JEDI's tables a second after submission
     campaign = make_campaign(spec)
     campaign.step()
     trial = submitted(campaign)[0]
+    status = campaign.executor.poll(trial.external_id)  # getTaskStatus: "Task not found" for now
+    assert status.state == "submitted" and "not registered by JEDI yet" in status.message
+    # the controller dies now; its successor resubmits while the task is only in DEFT: code 1
+    (campaign.runs_dir / "wire" / f"trial-{trial.number:04d}" / "panda.json").rename(
+        campaign.runs_dir / "panda.json.saved")
+    assert PandaExecutor().submit(request_for(campaign, trial)) == trial.external_id
+    (campaign.runs_dir / "panda.json.saved").rename(
+        campaign.runs_dir / "wire" / f"trial-{trial.number:04d}" / "panda.json")
+    panda.jedi.wait(task_id_of(trial.external_id), ("ready",))
     inserts = panda.jedi.inserts
     # a new controller process: the journal in the trial's folder names the task, nothing is sent
     assert PandaExecutor().submit(request_for(campaign, trial)) == trial.external_id

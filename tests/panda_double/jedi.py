@@ -1,6 +1,7 @@
 """JEDI, played in small: task registration with PanDA's duplicate rules, and the task life cycle.
 
-Tasks move registered -> defined -> ready -> running -> done | failed (one job per task, as gridml
+A new task first sits in DEFT's table only (``register_delay_s``): the server answers "not found"
+for it and a resubmission is a duplicate with code 1. Then tasks move registered -> defined -> ready -> running -> done | failed (one job per task, as gridml
 submits them; ``finish_next`` makes a task end ``finished``, as when JEDI counts some of its input
 files as failed), broken when they cannot be defined (an input dataset unknown or empty, no job
 parameters), aborting -> aborted when killed. The rules follow the real server's
@@ -39,6 +40,7 @@ class Task:
     error: str = ""
     command: str | None = None  # a pending kill/retry/incexec
     command_at: float = 0.0
+    registered_at: float = 0.0  # before this, the task is only in DEFT's table: JEDI knows nothing
 
     def set(self, status: str) -> None:
         self.status = status
@@ -61,6 +63,7 @@ class Jedi:
         self.fail_next = 0  # the next N jobs fail at stage-in (a lost worker node)
         self.finish_next = 0  # the next N tasks end "finished": JEDI counted input files as failed
         self.command_delay_s = 0.0  # commands are registered, JEDI acts on them this much later
+        self.register_delay_s = 0.0  # a new task reaches JEDI's tables this much later
         self._next_task, self._next_job = 1000, 5000
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -79,7 +82,8 @@ class Jedi:
             old = self._by_name(params, user)
             if old is not None:
                 return self._duplicate(old, params)
-            task = Task(self._new_task_id(), dict(params, userName=user, taskType="anal"), user)
+            task = Task(self._new_task_id(), dict(params, userName=user, taskType="anal"), user,
+                        registered_at=time.monotonic() + self.register_delay_s)
             task.set("registered")
             self.tasks[task.task_id] = task
             return 0, f"succeeded. new jediTaskID={task.task_id}"
@@ -93,6 +97,9 @@ class Jedi:
 
     def _duplicate(self, old: Task, params: dict[str, Any]) -> tuple[int, str]:
         name = params["taskName"]
+        if not self.in_jedi(old):
+            return 1, (f"jediTaskID={old.task_id} is already queued for outDS={name}. "
+                       "You cannot submit duplicated tasks. ")
         if old.status not in FINAL:
             return 2, (f"jediTaskID={old.task_id} is in the {old.status} state for outDS={name}. "
                        "You can re-submit the task with new parameters for the same or another "
@@ -106,7 +113,7 @@ class Jedi:
     def command(self, task_id: int, com: str) -> tuple[int, str]:
         """sendCommandTaskPanda for kill and retry."""
         with self._lock:
-            task = self.tasks.get(task_id)
+            task = self.get(task_id)
             if task is None:
                 return 2, f"jediTaskID={task_id} not found"
             allowed = (task.status in ("finished", "failed") if com == "retry" else
@@ -120,8 +127,14 @@ class Jedi:
                        "will be executed in a few minutes")
 
     def get(self, task_id: int) -> Task | None:
+        """The task as JEDI's tables show it (None while it is only in DEFT's)."""
         with self._lock:
-            return self.tasks.get(task_id)
+            task = self.tasks.get(task_id)
+            return task if task is not None and self.in_jedi(task) else None
+
+    @staticmethod
+    def in_jedi(task: Task) -> bool:
+        return time.monotonic() >= task.registered_at
 
     # ---- the loop ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -145,6 +158,8 @@ class Jedi:
     def step(self, task: Task) -> None:
         """Advance one task by one state (or act on its pending command)."""
         with self._lock:
+            if not self.in_jedi(task):
+                return None
             if task.command and time.monotonic() - task.command_at >= self.command_delay_s:
                 return self._act(task)
             if task.status == "registered":
