@@ -3,8 +3,8 @@
 1. check the whole batch first: names, readable files, DIDs that exist (same adler32: no-op;
    other adler32: refused) -- nothing is written on a user mistake;
 2. create the dataset (with its rule on the upload RSE) if missing;
-3. per new file: rucio's UploadClient with ``register_after_upload`` (copy, verify, then register
-   and attach), retried with backoff on transient failures;
+3. the new files: rucio's UploadClient with ``register_after_upload`` (copy, verify, then register
+   and attach each), retried with backoff on transient failures for the files not yet registered;
 4. attach the no-op files that are not in the dataset yet; set metadata.
 """
 
@@ -29,8 +29,7 @@ def upload_batch(store: RucioStore, files: list[Path], ds: DID, *, names: list[s
     local = [_local_facts(f) for f in files]
     new = [(d, f) for d, f in zip(dids, local) if not _exists_same(store, d, f)]
     store.add_dataset(str(ds), rse=rse)
-    for did, facts in new:
-        _upload_one(store, did, facts, ds, rse)
+    _upload_new(store, new, ds, rse)
     _attach_missing(store, ds, dids)
     if metadata:
         for did in dids:
@@ -63,33 +62,45 @@ def _exists_same(store: RucioStore, did: DID, facts: _Local) -> bool:
     return True
 
 
-def _upload_one(store: RucioStore, did: DID, facts: _Local, ds: DID, rse: str) -> None:
+def _upload_new(store: RucioStore, new: list[tuple[DID, _Local]], ds: DID, rse: str) -> None:
+    """Copy-then-register every new file with one UploadClient; after a failure, retry only the
+    files not registered yet (transient failures, with backoff)."""
     from rucio.client.uploadclient import UploadClient
 
     from gridml.data.rucio import _RucioLog
 
-    path, size, adler = facts
-    item = {"path": str(path), "rse": rse, "did_scope": did.scope, "did_name": did.name,
-            "dataset_scope": ds.scope, "dataset_name": ds.name, "register_after_upload": True}
+    pending = dict(new)
 
     def attempt() -> None:
+        items = [{"path": str(p), "rse": rse, "did_scope": d.scope, "did_name": d.name,
+                  "dataset_scope": ds.scope, "dataset_name": ds.name,
+                  "register_after_upload": True} for d, (p, _, _) in pending.items()]
         try:
-            UploadClient(store.client, logger=_RucioLog(), tracing=False).upload([item])
+            UploadClient(store.client, logger=_RucioLog(), tracing=False).upload(items)
         except Exception as exc:
             # NoFilesUploaded also covers "copied and registered, but attaching failed" (e.g. the
-            # server went away for a moment): the registration, not the exception, decides.
-            if type(exc).__name__ not in ("NoFilesUploaded", "NotAllFilesUploaded") \
-                    or not _registered(store, did, size, adler):
+            # server went away for a moment): the registrations, not the exception, decide.
+            for did in [d for d, (_, size, adler) in pending.items()
+                        if _registered(store, d, size, adler)]:
+                del pending[did]
+            if pending or type(exc).__name__ not in ("NoFilesUploaded", "NotAllFilesUploaded"):
                 raise
+        pending.clear()
 
-    store._call(attempt, "upload", did)
+    if pending:
+        store._call(attempt, "upload into", ds)
 
 
 def _registered(store: RucioStore, did: DID, size: int, adler: str) -> bool:
+    """``did`` is registered with these bytes (raw client call: the caller retries)."""
     try:
-        return _exists_same(store, did, (Path(), size, adler))
-    except NotFoundError:
-        return False
+        meta = store.client.get_metadata(did.scope, did.name)
+    except Exception as exc:
+        if type(exc).__name__ == "DataIdentifierNotFound":
+            return False
+        raise
+    return (int(meta.get("bytes") or -1), str(meta.get("adler32") or "").lower().zfill(8)) \
+        == (size, adler)
 
 
 def _attach_missing(store: RucioStore, ds: DID, dids: list[DID]) -> None:

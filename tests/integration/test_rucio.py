@@ -76,14 +76,16 @@ def test_resolve_reports_replicas_and_refuses_unavailable_ones(
 
 
 def test_stage_in_reports_progress_and_reuses_verified_files(rucio_store: RucioStore, tmp_path: Path,
-                                                             uid: str) -> None:
+                                                             uid: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gridml.data.rucio.GROUP_FILES", 2)  # groups of 2 files: progress 2/3, 3/3
     files = _files(tmp_path, uid, 3, 50_000)
     rucio_store.upload(files, f"user.jdoe:{uid}.train")
     calls: list[tuple[int, int, int, int]] = []
     dest = tmp_path / "stage"
     staged = rucio_store.stage_in(f"user.jdoe:{uid}.train", dest,
                                   progress=lambda *a: calls.append(a))
-    assert [c[:2] for c in calls] == [(1, 3), (2, 3), (3, 3)] and calls[-1][2:] == (150_000,) * 2
+    assert [c[:2] for c in calls] == [(2, 3), (3, 3)] and calls[-1][2:] == (150_000,) * 2
     for f in staged:
         assert f.path is not None and adler32_file(f.path) == f.adler32
     mtimes = {f.path: f.path.stat().st_mtime_ns for f in staged if f.path}
