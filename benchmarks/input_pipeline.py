@@ -61,22 +61,33 @@ def raw(path: Path) -> tuple[int, float]:
     return n, time.perf_counter() - t0
 
 
+def _count_tf(loader: ShardedLoader, take: int = -1) -> int:
+    import tensorflow as tf
+
+    from payloads.runtime.inputs import tf_dataset
+    from payloads.runtime.threads import dataset_options, plan_threads
+
+    ds = tf_dataset(loader, [0], dataset_options(plan_threads(2, 1))).take(take)
+    return int(ds.reduce(tf.constant(0, tf.int64),
+                         lambda c, b: c + tf.shape(b[1], out_type=tf.int64)[0]))
+
+
 def gridml(path: Path, via_tf: bool) -> tuple[int, float, float]:
     """One shuffled epoch; through tf.data it is consumed in-graph (``reduce``), as Keras'
-    training loop consumes it, not by a Python loop over eager tensors."""
+    training loop consumes it, not by a Python loop over eager tensors (after a warm-up that
+    pays TensorFlow's one-time start: graph building, thread pools)."""
     src = H5Source([str(path)], ["x", "y"])
-    loader = ShardedLoader(src, ["x"], "y", batch=BATCH, seed=1, window=8, prefetch=8,
-                           cache=BlockCache(0))
+
+    def make() -> ShardedLoader:
+        return ShardedLoader(src, ["x"], "y", batch=BATCH, seed=1, window=8, prefetch=8,
+                             cache=BlockCache(0))
+
+    if via_tf:
+        _count_tf(make(), take=10)
+    loader = make()
     t0, n = time.perf_counter(), 0
     if via_tf:
-        from payloads.runtime.inputs import tf_dataset
-        from payloads.runtime.threads import dataset_options, plan_threads
-
-        import tensorflow as tf
-
-        ds = tf_dataset(loader, [0], dataset_options(plan_threads(2, 1)))
-        n = int(ds.reduce(tf.constant(0, tf.int64),
-                          lambda c, b: c + tf.shape(b[1], out_type=tf.int64)[0]))
+        n = _count_tf(loader)
     else:
         for x, _ in loader.batches([0]):
             n += len(x)

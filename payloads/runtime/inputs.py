@@ -236,17 +236,29 @@ def _slab1(rows: Arrays) -> Arrays:
     return {k: a[None] for k, a in rows.items()}
 
 
-def tf_dataset(loader: ShardedLoader, epochs: Iterable[int] | None, options: Any) -> Any:
+def tf_dataset(loader: ShardedLoader, epochs: Iterable[int] | None, options: Any,
+               prefetch: int = 2) -> Any:
     """A ``tf.data.Dataset`` of (features, labels) batches over ``loader.slabs(epochs)``
     (``None``: one unshuffled pass, restarted whenever Keras iterates it again, as it does
     for validation). A slab crosses into TensorFlow as one tensor and is cut into batches in
-    C++ (``from_tensor_slices``): one Python call per slab instead of one per batch."""
+    C++ (``from_tensor_slices``): one Python call per slab instead of one per batch; the last
+    ``prefetch`` batches are staged by tf.data's own thread, so the per-batch slicing overlaps
+    the training step too."""
     import tensorflow as tf
 
-    names = list(dict.fromkeys(loader.features + loader.names))
-    spec = {n: tf.TensorSpec((None, None, *loader.row_shape(n)), tf.as_dtype(loader.dtype(n)))
-            for n in names}
+    def spec(n: str) -> Any:
+        return tf.TensorSpec((None, None, *loader.row_shape(n)), tf.as_dtype(loader.dtype(n)))
+
+    xs = tuple(spec(f) for f in loader.features)
+    signature = (xs[0] if len(xs) == 1 else xs, spec(loader.labels))
     eps = list(epochs) if epochs is not None else [0]
-    ds = tf.data.Dataset.from_generator(lambda: loader.slabs(eps), output_signature=spec)
-    ds = ds.flat_map(tf.data.Dataset.from_tensor_slices).map(loader.xy)
+
+    def gen() -> Iterator[tuple[Any, Any]]:
+        for slab in loader.slabs(eps):
+            yield loader.xy(slab)
+
+    ds = tf.data.Dataset.from_generator(gen, output_signature=signature)
+    ds = ds.flat_map(lambda x, y: tf.data.Dataset.from_tensor_slices((x, y)))
+    if prefetch:
+        ds = ds.prefetch(prefetch)
     return ds.with_options(options)

@@ -26,7 +26,7 @@ class ThreadPlan:
     per_rank: int       # cores per rank
     intra_op: int       # TF intra-op pool (one op's parallel work)
     inter_op: int       # TF inter-op pool (independent ops at once)
-    data: int           # tf.data private pool and the loader's reader threads
+    data: int           # tf.data private pool (>= 2: prefetch runs beside the generator)
     omp: int            # OpenMP / MKL / BLAS
 
     def as_dict(self) -> dict[str, int]:
@@ -53,7 +53,7 @@ def plan_threads(cores: int, n_local: int) -> ThreadPlan:
     """Split ``cores`` over ``n_local`` ranks; every pool at least 1, inter-op at most 2."""
     per_rank = max(1, int(cores) // max(1, n_local))
     return ThreadPlan(cores=int(cores), local_ranks=n_local, per_rank=per_rank, intra_op=per_rank,
-                      inter_op=1 if per_rank <= 2 else 2, data=max(1, min(per_rank, 4)),
+                      inter_op=1 if per_rank <= 2 else 2, data=max(2, min(per_rank, 4)),
                       omp=per_rank)
 
 
