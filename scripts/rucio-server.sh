@@ -2,10 +2,11 @@
 # A real Rucio server on loopback, for gridml's tests and benchmarks (and to try the rucio backend).
 #
 #   scripts/rucio-server.sh install            # the server's own venv (once; ~1 min)
-#   scripts/rucio-server.sh start STATE [PORT] # idempotent: configure, bootstrap, run; prints env
+#   scripts/rucio-server.sh start STATE [PORT] # idempotent: configure, bootstrap, run; prints
+#                                              # `export` lines: eval "$(scripts/rucio-server.sh start d)"
 #   scripts/rucio-server.sh stop STATE         # stops gunicorn (STATE is kept: restart reuses it)
 #   scripts/rucio-server.sh daemons STATE      # judge-evaluator + abacus, --run-once
-#   scripts/rucio-server.sh env STATE          # the RUCIO_CONFIG/RUCIO_ACCOUNT lines for a client
+#   scripts/rucio-server.sh env STATE          # the same `export` lines for a client
 #
 # The server (PyPI `rucio`, same 41.x as the rucio-clients gridml uses) lives in its own venv under
 # $GRIDML_RUCIO_ROOT (default ~/.cache/gridml), named by a hash of this recipe, never in the clone.
@@ -91,10 +92,11 @@ daemons() {  # bring rule/replica state and account usage up to date, then retur
       >>"$state/logs/daemons.log" 2>&1
 }
 
-env_lines() {
-  echo "RUCIO_CONFIG=$1/client/rucio.cfg"
-  echo "RUCIO_ACCOUNT=jdoe"
-  echo "RUCIO_URL=http://127.0.0.1:$(port_of "$1")"
+env_lines() {  # eval "$(scripts/rucio-server.sh start DIR)" sets them in a shell
+  echo "export RUCIO_CONFIG=$1/client/rucio.cfg"
+  echo "export RUCIO_ACCOUNT=jdoe"
+  echo "export GRIDML_RUCIO_RSE=TEST_USERDISK"
+  echo "# Rucio at http://127.0.0.1:$(port_of "$1")"
 }
 
 case "${1:-}" in
