@@ -115,6 +115,9 @@ def _call(fn: str, *args: Any, **kwargs: Any) -> tuple[int, Any, str]:
 def _comm_error(fn: str, what: str) -> ExecutorError:
     """A status-255 answer: say whether the server is down or refused the request."""
     alive, msg = is_alive()
+    if not alive and any(w in msg for w in ("SSL", "certificate", "credentials")):
+        return ExecutorError(f"PanDA server {server_url()} did not accept the connection "
+                             f"({what}): {msg}", hint=_AUTH_HINT)
     if not alive:
         return ExecutorError(f"PanDA server {server_url()} is not reachable ({what}): {msg}",
                              hint="check PANDA_URL_SSL / PANDA_URL and your network, then "
@@ -132,11 +135,20 @@ def is_alive() -> tuple[bool, str]:
 
 def check_credentials() -> None:
     """Refuse early, instead of letting panda-client prompt or exit, when no credential is set."""
+    if os.environ.get("PANDA_AUTH") not in ("oidc", "x509_no_grid") and _https():
+        proxy = os.environ.get("X509_USER_PROXY") or f"/tmp/x509up_u{os.getuid()}"
+        if not os.access(proxy, os.R_OK):
+            raise ExecutorError(f"no X509 proxy at {proxy} and PANDA_AUTH is not oidc",
+                                hint=_AUTH_HINT)
     if os.environ.get("PANDA_AUTH") == "oidc":
         if not (os.environ.get("PANDA_AUTH_VO") or os.environ.get("OIDC_AUTH_VO")):
             raise ExecutorError("PANDA_AUTH=oidc needs PANDA_AUTH_VO (e.g. atlas)", hint=_AUTH_HINT)
         if not _token_available():
             raise ExecutorError("PANDA_AUTH=oidc but no token was found", hint=_AUTH_HINT)
+
+
+def _https() -> bool:
+    return os.environ.get("PANDA_URL_SSL", "https://").startswith("https://")
 
 
 def _token_available() -> bool:

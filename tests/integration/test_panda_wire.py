@@ -237,3 +237,25 @@ def test_a_finished_task_gives_its_outputs_back_to_a_restarted_controller(
     outputs = tmp_path / "trial-0007" / "outputs"
     assert (outputs / "metrics.jsonl").read_text() == '{"epoch": 1}\n'
     assert json.loads((outputs / "result.json").read_text()) == {"state": "completed"}
+
+
+def test_an_x509_proxy_over_https_is_how_panda_client_authenticates(
+        tmp_path: Path, gridml_home: Path, spec: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    named = spec.parent / "x509.yaml"
+    named.write_text(spec.read_text().replace("name: wire", "name: x509") + "panda: {nickname: jtester}\n")
+    with PandaDouble(tmp_path / "tls-panda", https=True) as double:
+        for key in ("PANDA_AUTH", "PANDA_AUTH_VO", "OIDC_AUTH_TOKEN_FILE"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in double.client_env().items():
+            monkeypatch.setenv(key, value)
+        double.jedi.hold = True
+        campaign = make_campaign(named)
+        campaign.step()
+        tasks = list(double.jedi.tasks.values())
+        assert len(tasks) == 2 and {t.user for t in tasks} == {"Jane Tester"}  # the proxy's CN
+        assert double.url.startswith("https://")
+        monkeypatch.setenv("X509_USER_PROXY", str(tmp_path / "no-such-proxy"))  # expired, removed
+        with pytest.raises(ExecutorError, match="no X509 proxy at .*no-such-proxy"):
+            PandaExecutor().submit(request_for(campaign, submitted(campaign)[0]))
+        status = campaign.executor.poll(submitted(campaign)[0].external_id)
+        assert status.state == "unknown" and "no X509 proxy" in status.message  # waits for a new one

@@ -10,7 +10,9 @@ The real panda-client talks to it, configured the way users configure it::
         monkeypatch.setattr(os, "environ", {**os.environ, **panda.client_env()})  # or setenv each
 
 ``client_env()`` sets PANDA_URL_SSL/PANDA_URL/PANDACACHE_URL (plain http on loopback),
-PANDA_BEHIND_REAL_LB=1 (no DNS lookup at import), and OIDC auth with a token file.
+PANDA_BEHIND_REAL_LB=1 (no DNS lookup at import), and OIDC auth with a token file; with
+``https=True`` the server speaks TLS and wants a client certificate, and the client presents an
+X509 proxy (``X509_USER_PROXY``; ``PANDA_VERIFY_HOST=off`` for the self-signed server).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Self
 
 from tests.panda_double.jedi import Jedi, Task
 from tests.panda_double.server import Api, serve
+from tests.panda_double.tls import make_certificates, server_context
 
 ROOT = Path(__file__).resolve().parents[2]
 __all__ = ["PandaDouble", "Task", "make_token"]
@@ -56,7 +59,7 @@ class PandaDouble:
 
     def __init__(self, workdir: Path, *, data: Callable[[], Any] | None = None,
                  require_token: bool = True, max_active_tasks: int | None = None,
-                 tick_s: float = 0.1) -> None:
+                 tick_s: float = 0.1, https: bool = False) -> None:
         from gridml.data import open_data_manager
 
         self.workdir = Path(workdir)
@@ -70,22 +73,28 @@ class PandaDouble:
         self._httpd: Any = None
         self.token_file = self.workdir / "token"
         self.token_file.write_text(make_token())
+        self.certs = make_certificates(self.workdir / "tls") if https else None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/server/panda"
+        scheme = "https" if self.certs else "http"
+        return f"{scheme}://127.0.0.1:{self.port}/server/panda"
 
     def client_env(self, *, auth: bool = True) -> dict[str, str]:
         env = {"PANDA_URL_SSL": self.url, "PANDA_URL": self.url, "PANDACACHE_URL": self.url,
                "PANDA_BEHIND_REAL_LB": "1", "PANDA_CONFIG_ROOT": str(self.workdir / "config")}
-        if auth:
+        if auth and self.certs:  # X509: the proxy is the client certificate
+            env.update({"X509_USER_PROXY": str(self.certs["proxy"]), "PANDA_VERIFY_HOST": "off"})
+        elif auth:
             env.update({"PANDA_AUTH": "oidc", "PANDA_AUTH_VO": "atlas",
                         "OIDC_AUTH_TOKEN_FILE": str(self.token_file)})
         return env
 
     def up(self) -> Self:
         """Serve (again, on the same port after ``down``)."""
-        self._httpd = serve(self.api, port=self.port, require_token=self.require_token)
+        tls = server_context(self.certs) if self.certs else None
+        self._httpd = serve(self.api, port=self.port, require_token=self.require_token and not tls,
+                            tls=tls)
         self.port = self._httpd.server_address[1]
         return self
 

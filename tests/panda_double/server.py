@@ -14,13 +14,16 @@
 
 Auth: with ``require_token`` every route but ``is_alive`` wants ``Authorization: Bearer <JWT>``
 (what panda-client sends with ``PANDA_AUTH=oidc``); the user is the token's ``name`` claim, as the
-server derives it. Without the header the answer is HTTP 403, as from the real front end.
+server derives it. Without the header the answer is HTTP 403, as from the real front end. In
+HTTPS mode the client certificate (panda-client's X509 proxy) is required by the TLS handshake
+and names the user (its last CN).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.panda_double.jedi import Jedi
+from tests.panda_double.tls import user_from_certificate
 
 Route = Callable[["Api", dict[str, Any], str], dict[str, Any]]
 
@@ -151,11 +155,15 @@ class Handler(BaseHTTPRequestHandler):
         if handler is None:
             return self._reply(404 if not any(r == route for _, r in ROUTES) else 405,
                                {"error": f"no route {method} {route}"})
-        user = user_from_token(self.headers.get("Authorization"))
+        user = user_from_token(self.headers.get("Authorization")) or self._user_from_certificate()
         if self.require_token and user is None and route not in OPEN:
             return self._reply(403, {"error": "no valid token"})
         self.api.calls.append(f"{method} {route}")
         self._reply(200, handler(self.api, params, user or "anonymous"))
+
+    def _user_from_certificate(self) -> str | None:
+        getpeercert = getattr(self.connection, "getpeercert", None)
+        return user_from_certificate(getpeercert()) if getpeercert else None
 
     def _reply(self, code: int, doc: dict[str, Any]) -> None:
         body = json.dumps(doc).encode()
@@ -166,10 +174,13 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def serve(api: Api, *, port: int = 0, require_token: bool = True) -> ThreadingHTTPServer:
-    """Start the HTTP server in a thread on 127.0.0.1; stop it with ``shutdown()``."""
+def serve(api: Api, *, port: int = 0, require_token: bool = True,
+          tls: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
+    """Start the server in a thread on 127.0.0.1 (HTTPS with ``tls``); stop it with ``shutdown()``."""
     handler = type("BoundHandler", (Handler,), {"api": api, "require_token": require_token})
     httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
     httpd.daemon_threads = True
+    if tls is not None:
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, name="panda-double", daemon=True).start()
     return httpd
