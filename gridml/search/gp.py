@@ -20,6 +20,7 @@ import numpy as np
 from scipy.linalg import cho_solve, cholesky, lapack, solve_triangular
 from scipy.optimize import minimize
 from scipy.stats import norm
+from threadpoolctl import threadpool_limits
 
 JITTER = 1e-8
 AMP_BOUNDS = (0.01, 1000.0)  # skopt's ConstantKernel bounds
@@ -50,7 +51,8 @@ def fit_kernel(feats: np.ndarray, y: np.ndarray, seed: int, restarts: int,
     diff2 = ((feats.T[:, :, None] - feats.T[:, None, :]) ** 2).reshape(d, n * n)  # once
     bounds = np.log([AMP_BOUNDS] + [SCALE_BOUNDS] * d + [NOISE_BOUNDS])
     starts = [np.zeros(d + 2)] + [rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(restarts)]
-    best = min((_optimise(theta, diff2, z, bounds) for theta in starts), key=lambda r: r[1])
+    with threadpool_limits(limits=1, user_api="blas"):  # small matrices: threads only contend
+        best = min((_optimise(theta, diff2, z, bounds) for theta in starts), key=lambda r: r[1])
     return _as_kernel(np.exp(best[0]))
 
 
