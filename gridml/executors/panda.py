@@ -51,6 +51,7 @@ TRIAL_STATE = {
     "aborting": "killed", "toabort": "killed", "aborted": "killed",
 }
 RETRYABLE = ("finished", "failed")  # what retryTask accepts from a user
+OVER = ("done", "finished", "failed", "broken", "aborted", "exhausted")
 REGISTER_GRACE_S = 3600.0  # a new task is in DEFT's table only, unknown to JEDI, this long at most
 
 
@@ -102,8 +103,9 @@ class PandaExecutor:
             status = pc.task_status(task_id)
         except NotFoundError:
             return None
-        if noted.get("attempt", 1) >= attempt:
-            log.info("trial %d: task %d already submitted (%s)", req.trial_number, task_id, status)
+        if noted.get("attempt", 1) >= attempt or status not in OVER:  # also: a kill that failed
+            log.info("trial %d: following task %d (%s)", req.trial_number, task_id, status)
+            journal.write(req.workdir, dict(noted, attempt=max(attempt, noted.get("attempt", 1))))
         elif status in RETRYABLE:
             log.info("trial %d attempt %d: retryTask %d (%s): %s", req.trial_number, attempt,
                      task_id, status, pc.retry(task_id))
@@ -205,7 +207,15 @@ class PandaExecutor:
 
     # -- control -----------------------------------------------------------------------------
     def kill(self, handle: str) -> None:
-        log.info("%s: %s", handle, pc.kill(task_id_of(handle)))
+        """killTask. If the server cannot be reached the task may go on: that is logged, not
+        raised, so that stopping a campaign stops everything else; a later submission of the
+        trial follows the task again instead of starting a second one."""
+        try:
+            log.info("%s: %s", handle, pc.kill(task_id_of(handle)))
+        except NotFoundError as exc:
+            log.info("%s: nothing to kill: %s", handle, exc)
+        except ExecutorError as exc:
+            log.error("%s: could not be killed, it may still run at PanDA: %s", handle, exc)
 
     def retry(self, handle: str) -> str:
         """retryTask: PanDA runs the task's failed jobs again; the handle stays the same."""

@@ -106,6 +106,11 @@ def test_kill_and_retry(panda: PandaDouble, spec: Path) -> None:
     executor.kill(first.external_id)  # already over: nothing to do, no error
     with pytest.raises(ExecutorError, match="only finished or failed tasks can be retried"):
         executor.retry(second.external_id)  # still queued
+    panda.down()
+    executor.kill(second.external_id)  # logged, not raised: stopping a campaign goes on
+    panda.up()
+    later = campaign.store.update_trial(second.id, attempts=second.attempts + 1)
+    assert executor.submit(request_for(campaign, later)) == second.external_id  # still active: followed
     panda.jedi.fail_next, panda.jedi.hold = 1, False  # its worker node will be lost
     second_id = task_id_of(second.external_id)
     assert panda.jedi.wait(second_id, ("failed",)) == "failed"
