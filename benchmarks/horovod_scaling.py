@@ -1,0 +1,149 @@
+"""Horovod scaling benchmark: the real payload with 1 and 2 ranks on a compute-bound model.
+
+Runs ``horovodrun -np N --gloo python -m payloads.train_keras trial.json`` for each N in
+--workers (default 1,2) on the same sample data (in the loader's RAM cache after epoch 1), a
+wide MLP (examples/models/mlp.py with --units/--layers), a fixed per-rank batch, and the cores
+given as N (one core per rank). Throughput is the training samples/s the payload reports per
+epoch (all ranks together), averaged over the epochs after the first (which traces the graph).
+Prints throughput, speedup, parallel efficiency and input-wait fraction per N, side by side.
+Goal on this 2-core machine: >= 85% efficiency at 2 ranks.
+
+The functions ``run_trial``, ``summarize`` and ``plot`` are what ``gridml scale`` needs:
+run the same trial at several rank counts, tabulate, plot.
+
+    python benchmarks/horovod_scaling.py [--workers 1,2] [--epochs 3] [--batch 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+def payload_env() -> dict[str, str]:
+    env = dict(os.environ)
+    prefix = Path(sys.prefix)
+    env["PATH"] = f"{prefix / 'bin'}:{env.get('PATH', '')}"
+    env["LD_LIBRARY_PATH"] = f"{prefix / 'lib'}:{env.get('LD_LIBRARY_PATH', '')}"
+    env["PYTHONPATH"] = f"{ROOT}:{env.get('PYTHONPATH', '')}"
+    return env
+
+
+def run_trial(trial: dict[str, Any], ranks: int, workdir: Path,
+              timeout: int = 1800) -> list[dict[str, Any]]:
+    """Run ``trial`` (a trial.json dict) with ``ranks`` Horovod ranks; returns its epoch reports."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    t = {**trial, "output_dir": str(workdir / "outputs"),
+         "resources": {**trial.get("resources", {}), "cores": ranks}}
+    path = workdir / "trial.json"
+    path.write_text(json.dumps(t))
+    cmd = ["horovodrun", "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo",
+           sys.executable, "-m", "payloads.train_keras", str(path)]
+    proc = subprocess.run(cmd, cwd=workdir, env=payload_env(), capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{ranks} ranks failed: {proc.stderr[-2000:]}")
+    lines = (workdir / "outputs" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def summarize(reports: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per rank count: throughput (mean over epochs after the first), speedup and efficiency
+    against the smallest rank count, input-wait fraction and epoch time."""
+    rows = []
+    for n in sorted(reports):
+        steady = reports[n][1:] or reports[n]
+        thr = sum(r["samples_per_s"] for r in steady) / len(steady)
+        rows.append({"ranks": n, "samples_per_s": thr,
+                     "epoch_time": sum(r["epoch_time"] for r in steady) / len(steady),
+                     "input_wait_frac": max(r["input_wait_frac"] for r in steady)})
+    base = rows[0]
+    for r in rows:
+        r["speedup"] = r["samples_per_s"] / base["samples_per_s"]
+        r["efficiency"] = r["speedup"] / (r["ranks"] / base["ranks"])
+    return rows
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str = "scaling") -> Path:
+    """Throughput, speedup (with the ideal line) and efficiency vs ranks, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = [r["ranks"] for r in rows]
+    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
+    ax[0].plot(n, [r["samples_per_s"] for r in rows], "o-")
+    ax[0].set_ylabel("samples/s")
+    ax[1].plot(n, [r["speedup"] for r in rows], "o-", label="measured")
+    ax[1].plot(n, [k / n[0] for k in n], "k--", label="ideal")
+    ax[1].set_ylabel("speedup")
+    ax[1].legend()
+    ax[2].plot(n, [100 * r["efficiency"] for r in rows], "o-", label="efficiency")
+    ax[2].plot(n, [100 * r["input_wait_frac"] for r in rows], "s--", label="input wait")
+    ax[2].set_ylabel("%")
+    ax[2].legend()
+    for a in ax:
+        a.set_xlabel("ranks")
+        a.set_xticks(n)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="Horovod scaling benchmark")
+    p.add_argument("--workers", default="1,2")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch", type=int, default=512, help="per rank")
+    p.add_argument("--rows", type=int, default=30000)
+    p.add_argument("--units", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--plot", type=Path, default=None, help="also write the plot here")
+    a = p.parse_args()
+    from make_sample_data import make_sample_data
+
+    tmp = Path(tempfile.mkdtemp(prefix="gridml-scale-"))
+    try:
+        train, val = make_sample_data(tmp / "data", n_train=a.rows, n_val=2000, n_files=3)
+        trial = {"version": 1, "study": "scale", "trial_id": 1, "trial_number": 0, "seed": 7,
+                 "hparams": {"learning_rate": 1e-3, "units": a.units, "n_layers": a.layers,
+                             "dropout": 0.0, "activation": "relu"},
+                 "model_file": str(ROOT / "examples/models/mlp.py"),
+                 "training": {"epochs": a.epochs, "batch_size": a.batch, "metrics": [],
+                              "checkpoint": False, "cache_budget_mb": 256},
+                 "data": {"features": "x", "labels": "y", "train": [str(x) for x in train],
+                          "validation": []},
+                 "api": None, "resources": {"gpus": 0}}
+        reports = {n: run_trial(trial, n, tmp / f"np{n}")
+                   for n in (int(w) for w in a.workers.split(","))}
+        rows = summarize(reports)
+        if a.plot:
+            plot(rows, a.plot, f"wide MLP {a.units}x{a.layers}, batch {a.batch}/rank")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\nwide MLP ({a.units} units x {a.layers} layers), {a.rows:,} rows, batch {a.batch} per "
+          f"rank, 1 core per rank, load average before/after: {os.getloadavg()[0]:.1f}")
+    print("| ranks | samples/s | speedup | efficiency | input wait | epoch time |\n"
+          "|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['ranks']} | {r['samples_per_s']:,.0f} | {r['speedup']:.2f}x | "
+              f"{100 * r['efficiency']:.0f}% | {100 * r['input_wait_frac']:.1f}% | "
+              f"{r['epoch_time']:.2f} s |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
