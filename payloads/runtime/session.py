@@ -6,9 +6,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from payloads.runtime import gpu, inputs, model as user_model, outputs, threads
+from payloads.runtime import gpu, inputs, model as user_model, threads
 from payloads.runtime.cache import BlockCache, choose_compression
-from payloads.runtime.checkpoint import Checkpointer
 from payloads.runtime.errors import PayloadFailure
 from payloads.runtime.h5source import H5Source
 from payloads.runtime.reporter import HttpApi, Reporter
