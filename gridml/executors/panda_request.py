@@ -42,13 +42,16 @@ def resolve_nickname(spec: Spec, *, dry_run: bool = False) -> str:
 
 
 def _nickname_from_credentials() -> str:
-    pc.check_credentials()
-    auth = os.environ.get("PANDA_AUTH")
     proxy = os.environ.get("X509_USER_PROXY") or f"/tmp/x509up_u{os.getuid()}"
-    if auth is None and not os.path.exists(proxy):
-        raise ExecutorError("no grid nickname: panda.nickname is not set and there is no "
-                            "credential to read it from", hint="set panda.nickname in the spec, or "
-                            "PANDA_AUTH=oidc with a token, or an X509 proxy")
+    try:
+        pc.check_credentials()
+        if os.environ.get("PANDA_AUTH") is None and not os.path.exists(proxy):
+            raise ExecutorError(f"no X509 proxy at {proxy} and PANDA_AUTH is not oidc")
+    except ExecutorError as exc:
+        raise ExecutorError(f"no grid nickname: panda.nickname is not set and there is no "
+                            f"credential to read it from ({exc.message})",
+                            hint="set panda.nickname in the spec, or PANDA_AUTH=oidc with a "
+                                 "token, or an X509 proxy") from None
     pc.client()
     from pandaclient import PsubUtils
 
