@@ -23,15 +23,16 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gridml import search  # noqa: E402
-from gridml.search.replay import best_index, replay  # noqa: E402
+from gridml import search
+from gridml.search.replay import best_index, replay
 
 Problem = tuple[dict[str, Any], Callable[[dict[str, Any]], float], float]
 

@@ -13,8 +13,9 @@ Algorithms: ``bayes`` (Gaussian process from scikit-optimize, fast batches), ``r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import import_module
-from typing import Any, Mapping
+from typing import Any
 
 from gridml.errors import SearchError
 from gridml.search.base import BaseSearcher, Point, Searcher

@@ -15,7 +15,8 @@ sequential study cycles through them. ``acquisition: ei`` uses expected improvem
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 

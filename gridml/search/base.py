@@ -22,7 +22,8 @@ skip NaN/None (failed trials must not poison the model).
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 

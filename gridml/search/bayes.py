@@ -16,9 +16,7 @@ Points equal to a told, pending or already chosen one are never returned.
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import Any, ClassVar
 
 from gridml.search.base import BaseSearcher, Point
 from gridml.search.random import draw_novel
@@ -26,7 +24,7 @@ from gridml.search.random import draw_novel
 
 class BayesSearcher(BaseSearcher):
     name = "bayes"
-    defaults: dict[str, Any] = {"n_initial_points": 10, "acquisition": "lcb",
+    defaults: ClassVar[dict[str, Any]] = {"n_initial_points": 10, "acquisition": "lcb",
                                 "kappas": (0.0, 1.0, 2.0, 3.0), "xi": 0.01, "liar": "min",
                                 "prior_quantile": 0.75, "candidates": 1000, "restarts": 2,
                                 "fit_max": 100}

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from gridml.search.random import draw_novel
 
 class EvolutionSearcher(BaseSearcher):
     name = "evolution"
-    defaults: dict[str, Any] = {"popsize": None, "sigma0": 0.3}
+    defaults: ClassVar[dict[str, Any]] = {"popsize": None, "sigma0": 0.3}
 
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
         count = len(self.told) + len(pending)

@@ -114,7 +114,7 @@ class Posterior:
         self.chol = cholesky(k, lower=True, check_finite=False)
         self.alpha = cho_solve((self.chol, True), (y - self.mean) / self.std)
 
-    def add(self, feats: np.ndarray, y: np.ndarray) -> "Posterior":
+    def add(self, feats: np.ndarray, y: np.ndarray) -> Posterior:
         """A new posterior with more rows (same kernel: no hyperparameter fit)."""
         return Posterior(self.fitted, np.vstack([self.feats, feats]), np.concatenate([self.y, y]),
                          (self.mean, self.std))
@@ -127,8 +127,8 @@ class Posterior:
             return self.mean + self.std * mu, np.zeros(len(mu))
         v = solve_triangular(self.chol, ks.T, lower=True, check_finite=False)
         var = self.fitted.kernel.diag(feats) - np.einsum("ij,ij->j", v, v)
-        sd = np.sqrt(np.maximum(var, 1e-12))
-        return self.mean + self.std * mu, self.std * sd
+        dev: np.ndarray = np.sqrt(np.maximum(var, 1e-12))
+        return self.mean + self.std * mu, self.std * dev
 
 
 def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float, xi: float) -> np.ndarray:

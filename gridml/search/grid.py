@@ -10,7 +10,8 @@ returns fewer points than asked and ``exhausted`` is True.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -23,7 +24,7 @@ MAX_GRID = 1_000_000
 
 class GridSearcher(BaseSearcher):
     name = "grid"
-    defaults: dict[str, Any] = {"grid_points": 5}
+    defaults: ClassVar[dict[str, Any]] = {"grid_points": 5}
 
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
         grid = enumerate_points(self.space, points_per_dim=self.options["grid_points"])
@@ -71,7 +72,7 @@ def _levels(p: Param, k: int | None) -> list[Any]:
     space = np.geomspace if p.log else np.linspace
     vals = space(p.low, p.high, k) if k > 1 else np.array([space(p.low, p.high, 3)[1]])
     if p.type == "int":
-        return sorted({int(round(v)) for v in vals})
+        return sorted({round(float(v)) for v in vals})
     return [float(v) for v in vals]
 
 

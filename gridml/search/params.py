@@ -7,8 +7,9 @@ indices for categoricals. ``plain`` turns one back into a JSON-friendly Python v
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,12 +72,12 @@ class Param:
     def plain(self, v: Any) -> Any:
         if self.type == "categorical":
             return self.choices[int(v)]
-        return int(round(float(v))) if self.type == "int" else float(v)
+        return round(float(v)) if self.type == "int" else float(v)
 
     def key_of(self, v: Any) -> Any:
         if self.type == "real":
             return float(f"{float(v):.10g}")
-        return int(round(float(v)))
+        return round(float(v))
 
     def matches(self, values: np.ndarray, allowed: Any) -> np.ndarray:
         wanted = allowed if isinstance(allowed, (list, tuple)) else [allowed]
@@ -151,6 +152,7 @@ def _numeric(name: str, kind: str, spec: Mapping[str, Any], cond: Any,
     problems += [f"{where}.{k}: {kind} needs a finite number (got {v!r})" for k, v in bad]
     if bad:
         return Param(name, kind)
+    low, high = float(low), float(high)  # type: ignore[arg-type]
     if low >= high:
         problems.append(f"{where}.high: empty or inverted range, low ({low}) must be < high "
                         f"({high}); swap or widen them")
@@ -159,4 +161,4 @@ def _numeric(name: str, kind: str, spec: Mapping[str, Any], cond: Any,
                         "low or log: false")
     if kind == "int" and (low != int(low) or high != int(high)):
         problems.append(f"{where}.low: int bounds must be whole numbers (got {low}, {high})")
-    return Param(name, kind, float(low), float(high), log, condition=cond)
+    return Param(name, kind, low, high, log, condition=cond)

@@ -8,7 +8,7 @@ searcher reports ``exhausted`` when none is left.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from gridml.search.base import BaseSearcher, Point
 
 class RandomSearcher(BaseSearcher):
     name = "random"
-    defaults: dict[str, Any] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
 
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
         rng = self.rng(pending)

@@ -8,8 +8,9 @@ ended, running ones up to their current epoch), exactly as the server's should-s
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from gridml.search.stopping import decide
 

@@ -13,8 +13,9 @@ The Gaussian-process encoding (one-hot categoricals, normalised numbers) is in `
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

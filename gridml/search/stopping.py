@@ -18,7 +18,8 @@ be replayed. ``curve[i]`` is the objective after epoch ``i + 1``; NaN counts as 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 RULES: dict[str, dict[str, Any]] = {
     "median": {"min_epochs": 2, "min_trials": 3},

@@ -134,7 +134,7 @@ def test_maximize_is_minimize_of_the_negative(algo):
 
 
 def test_bayes_improves_on_its_initial_design():
-    told, values = run("bayes", rounds=6, batch=3, n_initial_points=6)
+    _, values = run("bayes", rounds=6, batch=3, n_initial_points=6)
     assert min(values[6:]) < min(values[:6])
 
 

@@ -40,8 +40,8 @@ def test_likelihood_and_gradient_match_sklearn_plus_the_length_scale_prior():
 
 
 def test_posterior_of_the_fitted_kernel_matches_skopts_gp_with_that_kernel():
-    from skopt.learning import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import WhiteKernel
+    from skopt.learning import GaussianProcessRegressor
 
     x, y = data()
     fitted = fit_kernel(x, y, seed=0, restarts=1)
