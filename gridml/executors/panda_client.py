@@ -26,7 +26,6 @@ from typing import Any
 
 from gridml.errors import DuplicateTaskError, ExecutorError, NotFoundError
 
-EC_FAILED = 255  # panda-client's "communication failure"
 _TASK_ID = re.compile(r"jediTaskID=(\d+)")
 _URL_VARS = ("PANDA_URL_SSL", "PANDA_URL", "PANDACACHE_URL")
 _AUTH_HINT = ("check your PanDA credentials: PANDA_AUTH=oidc with PANDA_AUTH_VO and a token "
@@ -94,13 +93,15 @@ def client_version() -> str:
 
 @contextlib.contextmanager
 def _quiet() -> Any:
-    """panda-client prints diagnostics on stdout; keep them for our error messages instead."""
+    """panda-client prints diagnostics on stdout (tracebacks of failed calls, raw replies): keep
+    them off the terminal; the translated error says what happened."""
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         yield buf
 
 
-def _call(fn: str, *args: Any, **kwargs: Any) -> tuple[int, Any, str]:
+def _call(fn: str, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    """``Client.<fn>(...)`` -> its (status, output) tuple; status 0 means the server answered."""
     check_credentials()
     mod = client()
     with _quiet() as out:
@@ -109,7 +110,7 @@ def _call(fn: str, *args: Any, **kwargs: Any) -> tuple[int, Any, str]:
         except SystemExit as exc:  # panda-client exits on broken auth settings
             raise ExecutorError(f"panda-client gave up in {fn}: {out.getvalue().strip() or exc}",
                                 hint=_AUTH_HINT) from None
-    return status, output, out.getvalue()
+    return status, output
 
 
 def _comm_error(fn: str, what: str) -> ExecutorError:
@@ -165,7 +166,7 @@ def submit(params: dict[str, Any]) -> tuple[int, str]:
     Codes 1-2 (the task name exists and is not finished: a resubmission) raise
     DuplicateTaskError carrying ``task_id``; other refusals raise ExecutorError."""
     name = params.get("taskName")
-    status, output, _ = _call("insertTaskParams", params, False, properErrorCode=True)
+    status, output = _call("insertTaskParams", params, False, properErrorCode=True)
     if status != 0 or not isinstance(output, tuple):
         raise _comm_error("insertTaskParams", f"the submission of task {name}")
     code, message = output
@@ -189,7 +190,7 @@ def _task_id(message: Any, name: Any) -> int:
 
 def task_status(task_id: int) -> str:
     """getTaskStatus -> the JEDI task status (``running``, ``done``, ...)."""
-    status, output, _ = _call("getTaskStatus", task_id)
+    status, output = _call("getTaskStatus", task_id)
     if status != 0 or output is None:
         _raise_lookup("getTaskStatus", task_id)
     return str(output)
@@ -197,7 +198,7 @@ def task_status(task_id: int) -> str:
 
 def task_details(task_id: int) -> dict[str, Any]:
     """getJediTaskDetails -> {status, inDS, outDS, statistics, PandaID, ...}."""
-    status, output, _ = _call("getJediTaskDetails", {"jediTaskID": task_id}, False, True)
+    status, output = _call("getJediTaskDetails", {"jediTaskID": task_id}, False, True)
     if status != 0 or not isinstance(output, dict):
         _raise_lookup("getJediTaskDetails", task_id)
     return dict(output)
@@ -205,7 +206,7 @@ def task_details(task_id: int) -> dict[str, Any]:
 
 def task_params(task_id: int) -> dict[str, Any]:
     """getTaskParamsMap -> the task parameters as submitted."""
-    status, output, _ = _call("getTaskParamsMap", task_id)
+    status, output = _call("getTaskParamsMap", task_id)
     if status != 0 or not isinstance(output, dict):
         _raise_lookup("getTaskParamsMap", task_id)
     return dict(output)
@@ -223,7 +224,7 @@ def kill(task_id: int) -> str:
     """killTask. A task already over is fine (the server rejects the command, nothing to do).
 
     panda-client passes on the server's message only when the command was rejected."""
-    status, output, _ = _call("killTask", task_id)
+    status, output = _call("killTask", task_id)
     if status != 0 or not isinstance(output, tuple):
         raise _comm_error("killTask", f"killing jediTaskID={task_id}")
     ok, detail = output
@@ -239,7 +240,7 @@ def kill(task_id: int) -> str:
 
 def retry(task_id: int) -> str:
     """retryTask (a finished/failed task runs its failed jobs again). Returns the message."""
-    status, output, _ = _call("retryTask", task_id, False, True)
+    status, output = _call("retryTask", task_id, False, True)
     if status != 0 or not isinstance(output, tuple):
         raise _comm_error("retryTask", f"retrying jediTaskID={task_id}")
     code, message = output
