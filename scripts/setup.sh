@@ -42,11 +42,12 @@ exec 9>"$root/.lock-$key"
 flock 9   # one build per key at a time; a second setup waits and then reuses it
 if [ ! -f "$env/.complete" ]; then build; else log "reusing environment $env"; fi
 ln -sfn "$env" .venv
-# Light packages: re-applied (incrementally, by pip) when requirements/extras.txt changes.
-extras_key="$(sha256sum requirements/extras.txt | cut -c1-16)"
+# Light packages: re-applied (incrementally, by pip) when requirements/extras.txt or bench.txt change.
+extras_key="$(cat requirements/extras.txt requirements/bench.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$env/.extras-$extras_key" ]; then
-  log "installing requirements/extras.txt"
-  "$env/bin/python" -m pip install -q -r requirements/extras.txt -c <(grep -E '^(numpy|tensorflow-cpu|h5py)' requirements/base.txt)
+  log "installing requirements/extras.txt and bench.txt"
+  "$env/bin/python" -m pip install -q -r requirements/extras.txt -r requirements/bench.txt \
+    -c <(grep -E '^(numpy|tensorflow-cpu|h5py)' requirements/base.txt)
   rm -f "$env"/.extras-*; touch "$env/.extras-$extras_key"
 fi
 # gridml itself: editable, pointing at this clone (cheap; reruns re-point it to the newest clone).
