@@ -62,12 +62,14 @@ def test_every_trial_ran_as_a_panda_task_to_completion(campaign: dict[str, Any])
 
 def test_a_lost_worker_node_is_retried_with_retry_task(campaign: dict[str, Any]) -> None:
     c, panda = campaign["campaign"], campaign["panda"]
-    retried = [t for t in panda.jedi.tasks.values() if "failed" in t.history]
-    assert len(retried) == 1
-    task = retried[0]
+    lost = [t for t in panda.jedi.tasks.values() if "worker node went away" in t.jobs[0].diag]
+    assert len(lost) == 1
+    task = lost[0]
     assert task.history == ["registered", "defined", "ready", "running", "failed",
                             "ready", "running", "done"]  # retryTask: the same task, a second job
     assert [j.status for j in task.jobs] == ["failed", "finished"]
+    for other in panda.jedi.tasks.values():  # a busy machine may fail a real job too: retried alike
+        assert other.history[-1] == "done" and other.history.count("running") == len(other.jobs)
     trial = next(t for t in c.store.list_trials(c.study.id) if t.external_id == f"panda:{task.task_id}")
     assert trial.attempts == 2
 
