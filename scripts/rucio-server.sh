@@ -5,6 +5,7 @@
 #   scripts/rucio-server.sh start STATE [PORT] # idempotent: configure, bootstrap, run; prints
 #                                              # `export` lines: eval "$(scripts/rucio-server.sh start d)"
 #   scripts/rucio-server.sh stop STATE         # stops gunicorn (STATE is kept: restart reuses it)
+#   scripts/rucio-server.sh destroy STATE      # stops everything (PostgreSQL too), removes STATE
 #   scripts/rucio-server.sh daemons STATE      # judge-evaluator + abacus, --run-once
 #   scripts/rucio-server.sh env STATE          # the same `export` lines for a client
 #
@@ -13,13 +14,17 @@
 # It runs rucio.web.rest.flaskapi.v1.main:application under gunicorn, one single-threaded worker
 # (SQLite takes one writer at a time), on 127.0.0.1:PORT (a free port when none is given).
 # scripts/rucio/harness.py writes the configs and provisions: see its docstring.
+# GRIDML_RUCIO_DB=postgresql (at the first start of a STATE): the database is PostgreSQL instead,
+# started with scripts/postgres.sh (its folder outside STATE, which the postgres user may not
+# enter), two workers, and Rucio's JSON metadata plugin works (it needs PostgreSQL/MySQL/Oracle).
 set -euo pipefail
 RUCIO_VERSION=41.5.1
 GUNICORN_VERSION=23.0.0
-RECIPE=1   # bump when the install steps change
+PSYCOPG_VERSION=3.2.10
+RECIPE=2   # bump when the install steps change
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PY="${GRIDML_PYTHON:-$(command -v python3.11 || command -v python3)}"
-key="$(printf 'r%s g%s %s %s' "$RUCIO_VERSION" "$GUNICORN_VERSION" "$RECIPE" \
+key="$(printf 'r%s g%s p%s %s %s' "$RUCIO_VERSION" "$GUNICORN_VERSION" "$PSYCOPG_VERSION" "$RECIPE" \
        "$("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)"
 venv="${GRIDML_RUCIO_ROOT:-$HOME/.cache/gridml}/rucio-server-$key"
 log() { printf '[rucio-server] %s\n' "$*" >&2; }
@@ -31,7 +36,9 @@ install() {
   rm -rf "$tmp"; mkdir -p "$(dirname "$venv")"
   "$PY" -m venv "$tmp"
   "$tmp/bin/python" -m pip install -q --disable-pip-version-check \
-      "rucio==$RUCIO_VERSION" "gunicorn==$GUNICORN_VERSION" >&2
+      "rucio==$RUCIO_VERSION" "gunicorn==$GUNICORN_VERSION" "psycopg[binary]==$PSYCOPG_VERSION" \
+      >"$tmp.log" 2>&1 || { tail -30 "$tmp.log" >&2; log "pip failed (log: $tmp.log)"; return 1; }
+  rm -f "$tmp.log"
   grep -rlI --null "$tmp" "$tmp/bin" | xargs -0 -r sed -i "s#$tmp#$venv#g"
   sed -i "s#$tmp#$venv#g" "$tmp/pyvenv.cfg"
   touch "$tmp/.complete"
@@ -62,12 +69,16 @@ start() {
   [ -z "$port" ] && [ -f "$state/server.json" ] && port="$(port_of "$state")"
   [ -z "$port" ] && port="$(free_port)"
   if pid_alive "$state" && ping_ok "$port"; then env_lines "$state"; return 0; fi
+  local workers=1
+  if [ -f "$state/pg.dir" ] || [ "${GRIDML_RUCIO_DB:-sqlite}" = postgresql ]; then
+    GRIDML_RUCIO_DB_URL="$(start_pg "$state")"; export GRIDML_RUCIO_DB_URL; workers=2
+  fi
   if [ ! -f "$state/.provisioned" ]; then  # a restart reuses configs, database and accounts
     "$venv/bin/python" "$here/rucio/harness.py" setup "$state" "$port"
     touch "$state/.provisioned"
   fi
   RUCIO_CONFIG="$state/server/rucio.cfg" setsid "$venv/bin/gunicorn" \
-      --bind "127.0.0.1:$port" --workers 1 --threads 1 --timeout 120 \
+      --bind "127.0.0.1:$port" --workers "$workers" --threads 1 --timeout 120 \
       --log-file "$state/logs/gunicorn.log" \
       rucio.web.rest.flaskapi.v1.main:application >>"$state/logs/gunicorn.log" 2>&1 </dev/null &
   echo $! >"$state/gunicorn.pid"
@@ -84,6 +95,30 @@ stop() {
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
   rm -f "$state/gunicorn.pid"
+}
+
+start_pg() {  # start_pg STATE -> prints the SQLAlchemy URL of this STATE's Rucio database
+  local state="$1" dir port url db
+  if [ -f "$state/pg.dir" ]; then dir="$(cat "$state/pg.dir")"; port="$(cat "$dir/port")"
+  else dir="/tmp/gridml-rucio-pg-$(printf %s "$state" | sha256sum | cut -c1-10)"; port="$(free_port)"
+       echo "$dir" >"$state/pg.dir"; fi
+  url="$(bash "$here/postgres.sh" start "$dir" "$port")"   # postgresql://gridml@127.0.0.1:PORT/gridml
+  db=rucio
+  psql "$url" -qtAc "SELECT 1 FROM pg_database WHERE datname='$db'" | grep -q 1 \
+    || psql "$url" -qc "CREATE DATABASE $db OWNER gridml" >&2
+  echo "postgresql+psycopg://gridml@127.0.0.1:$port/$db"
+}
+
+destroy() {
+  local state="$1"
+  [ -d "$state" ] || return 0
+  stop "$state"
+  if [ -f "$state/pg.dir" ]; then
+    local dir; dir="$(cat "$state/pg.dir")"
+    bash "$here/postgres.sh" stop "$dir" >/dev/null 2>&1 || true
+    rm -rf "$dir"
+  fi
+  rm -rf "$state"
 }
 
 daemons() {  # bring rule/replica state and account usage up to date, then return
@@ -104,7 +139,8 @@ case "${1:-}" in
   start) start "${2:?STATE folder}" "${3:-}" ;;
   stop) stop "${2:?STATE folder}" ;;
   daemons) daemons "${2:?STATE folder}" ;;
+  destroy) destroy "${2:?STATE folder}" ;;
   env) env_lines "$(cd "${2:?STATE folder}" && pwd)" ;;
   venv) echo "$venv" ;;
-  *) sed -n '2,13p' "$0"; exit 2 ;;
+  *) sed -n '2,19p' "$0"; exit 2 ;;
 esac

@@ -61,6 +61,7 @@ class RucioStore:
         self.client = call(lambda: Client(logger=_client_logger()), action="connect to", did=None,
                            where="Rucio", account=os.environ.get("RUCIO_ACCOUNT"))
         self._server_json_meta: bool | None = None  # learnt on first set_metadata
+        _forget_rse_cache()
 
     @property
     def where(self) -> str:
@@ -87,8 +88,12 @@ class RucioStore:
         d = parse_did(did)
         rows = self._call(lambda: list(self.client.list_files(d.scope, d.name)), "list files of", d)
         reps = self._replicas(d) if rows else {}
-        return [FileInfo(DID(r["scope"], r["name"]), int(r["bytes"]), _hex8(r["adler32"]),
-                         replicas=reps.get((r["scope"], r["name"]), [])) for r in rows]
+        files = [FileInfo(DID(r["scope"], r["name"]), int(r["bytes"]), _hex8(r["adler32"]),
+                          replicas=reps.get((r["scope"], r["name"]), [])) for r in rows]
+        meta = self._bulk_metadata([f.did for f in files]) if files else {}
+        for f in files:
+            f.metadata = meta.get(f.did, {})
+        return files
 
     def resolve(self, did: str) -> list[FileInfo]:
         """Files with sizes, adler32 and the RSEs holding an available replica; refuses an unknown
@@ -120,17 +125,29 @@ class RucioStore:
         return sorted(found, key=lambda pair: str(pair[0]))
 
     def get_metadata(self, did: str) -> dict[str, Any]:
-        """User metadata: the server's JSON plugin (when it has one) merged with gridml's record."""
+        """User metadata: the server's JSON plugin (when it has one), else gridml's record."""
         d = parse_did(did)
         self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
-        meta: dict[str, Any] = {}
-        if self._server_json_meta is not False:
+        return self._bulk_metadata([d]).get(d, {})
+
+    def _bulk_metadata(self, dids: list[DID]) -> dict[DID, dict[str, Any]]:
+        """User metadata of many DIDs in one call per 500 (Rucio's bulk JSON-plugin query)."""
+        out: dict[DID, dict[str, Any]] = {}
+        for i in range(0, len(dids) if self._server_json_meta is not False else 0, 500):
+            chunk = [{"scope": d.scope, "name": d.name} for d in dids[i:i + 500]]
             try:
-                meta = dict(self._call(lambda: self.client.get_metadata(
-                    d.scope, d.name, plugin="JSON"), "read metadata of", d))
-            except DataError:
+                rows = self._call(lambda: list(self.client.get_metadata_bulk(chunk, plugin="JSON")),
+                                  "read metadata of", dids[i])
+            except DataError:  # no JSON plugin on this server (e.g. SQLite behind it)
                 self._server_json_meta = False
-        return {**meta, **self._side().get(d)}
+                break
+            for r in rows:
+                did = DID(r.pop("scope"), r.pop("name"))
+                out[did] = r
+        if self._server_json_meta is False:
+            side = self._side()
+            out = {d: side.get(d) for d in dids}
+        return out
 
     # -- stage-in / download -----------------------------------------------------------------
     def stage_in(self, did: str, dest: Path, *, progress: Progress | None = None) -> list[FileInfo]:
@@ -206,7 +223,8 @@ class RucioStore:
         return str(ids[0])
 
     def set_metadata(self, did: str, metadata: dict[str, Any]) -> None:
-        """Set keys on the server where its plugins take them, else in gridml's record."""
+        """Set keys on the server where its plugins take them, else in gridml's record (all the
+        keys of one server go to one place, learnt from the first try)."""
         d = parse_did(did)
         self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
         if self._server_json_meta is not False:
@@ -249,6 +267,16 @@ class RucioStore:
         from gridml.settings import settings
 
         return SideMetadata(settings().home / "rucio-metadata.sqlite", str(self.client.host))
+
+
+def _forget_rse_cache() -> None:
+    """rucio's client caches RSE descriptions per process by RSE *name* (15 min), whatever the
+    server: a new store starts afresh, so two servers with an RSE of the same name never mix."""
+    from rucio.rse import rsemanager
+
+    region = getattr(rsemanager, "RSE_REGION", None)
+    if region is not None:
+        region.invalidate(hard=True)
 
 
 def _client_logger() -> logging.Logger:

@@ -11,7 +11,8 @@ Commands (STATE is the server's folder: database, configs, RSE storage, logs):
                                       replica), one pass each (--run-once)
 
 What it sets up (all names also in STATE/server.json for the tests):
-  - SQLite database STATE/rucio.db, schema from Rucio's own helpers (rucio.db.sqla.util);
+  - SQLite database STATE/rucio.db (or PostgreSQL: $GRIDML_RUCIO_DB_URL), schema from Rucio's own
+    helpers (rucio.db.sqla.util);
   - root account (userpass) and an ordinary account ``jdoe`` (userpass) with scope ``user.jdoe``;
   - a POSIX ``file`` RSE ``TEST_USERDISK`` in STATE/rse (the generic policy lets ordinary accounts
     add replicas only on RSEs ending USERDISK/SCRATCHDISK/LOCALGROUPDISK/MOCK), 10 GB quota for jdoe;
@@ -36,7 +37,7 @@ SERVER_CFG = """[common]
 logdir = {state}/logs
 loglevel = WARNING
 [database]
-default = sqlite:///{state}/rucio.db
+default = {db_url}
 pool_reset_on_return = rollback
 echo = 0
 [bootstrap]
@@ -79,7 +80,7 @@ auth_token_file_path = {state}/client/{user}.token
 
 ALEMBIC_INI = """[alembic]
 script_location = {migrations}
-sqlalchemy.url = sqlite:///{state}/rucio.db
+sqlalchemy.url = {db_url}
 [loggers]
 keys = root
 [handlers]
@@ -115,7 +116,11 @@ def configure(state: Path, port: int) -> None:
     migrations = Path(spec.submodule_search_locations[0]) / "db" / "sqla" / "migrate_repo"
     for sub in ("server", "client", "logs", "rse"):
         (state / sub).mkdir(parents=True, exist_ok=True)
-    fmt = dict(state=state, port=port, migrations=migrations, root_password=info["root_password"])
+    db_url = os.environ.get("GRIDML_RUCIO_DB_URL") or f"sqlite:///{state}/rucio.db"
+    info["database"] = db_url.split(":", 1)[0]
+    info_path.write_text(json.dumps(info, indent=2))
+    fmt = dict(state=state, port=port, migrations=migrations, root_password=info["root_password"],
+               db_url=db_url)
     (state / "server" / "rucio.cfg").write_text(SERVER_CFG.format(**fmt))
     (state / "server" / "alembic.ini").write_text(ALEMBIC_INI.format(**fmt))
     (state / "client" / "rucio.cfg").write_text(CLIENT_CFG.format(
@@ -129,10 +134,11 @@ def bootstrap(state: Path) -> None:
     """Schema and root account (first time only), then the test account, scope and RSEs."""
     from rucio.db.sqla.util import build_database, create_base_vo, create_root_account
 
-    if not (state / "rucio.db").exists():
+    if not (state / ".schema").exists():
         build_database()
         create_base_vo()
         create_root_account()
+        (state / ".schema").touch()
     info = json.loads((state / "server.json").read_text())
     _provision(state, info["password"])
 

@@ -111,6 +111,9 @@ def test_metadata_on_upload_and_set(dm: DataManager, tmp_path: Path, uid: str) -
     assert (got["objective"], got["best"], got["trial"]) == (0.2, True, 3)
     dm.set_metadata(_ds(dm, f"{uid}.out"), {"study": "s1"})
     assert dm.get_metadata(_ds(dm, f"{uid}.out"))["study"] == "s1"
+    dm.upload([a], _ds(dm, f"{uid}.out"), metadata={"objective": 0.1})  # no-op upload: meta merged
+    got = dm.get_metadata(_ds(dm, a.name))
+    assert (got["objective"], got["trial"], got["best"]) == (0.1, 3, True)
 
 
 def test_unknown_did_names_it_and_the_fix(dm: DataManager, uid: str) -> None:

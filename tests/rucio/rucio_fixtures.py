@@ -22,10 +22,12 @@ from rucio_harness import RucioServer, install_seconds, remove_server, start_ser
 
 
 @pytest.fixture(scope="session")
-def rucio_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RucioServer]:
+def rucio_server() -> Iterator[RucioServer]:
+    # Its own folder, not pytest's basetemp: pytest prunes old basetemps, and with several pytest
+    # runs on one machine a long session's basetemp can vanish under a running server.
     t0 = time.perf_counter()
     installed = install_seconds()
-    server = start_server(tmp_path_factory.mktemp("rucio-server"))
+    server = start_server()
     print(f"\n[rucio] install {installed:.1f} s, start {server.start_seconds:.1f} s, "
           f"total {time.perf_counter() - t0:.1f} s ({server.url})")
     try:

@@ -23,6 +23,7 @@ class RucioServer:
     """A running Rucio server on loopback with an ordinary account, a scope and an RSE."""
 
     state: Path
+    db: str = "sqlite"  # or "postgresql" (Rucio's JSON metadata plugin works there)
     info: dict = field(default_factory=dict)
     start_seconds: float = 0.0  # wall time of the last start (install excluded if already there)
 
@@ -38,7 +39,7 @@ class RucioServer:
 
     def start(self) -> None:
         t0 = time.perf_counter()
-        _run("start", str(self.state))
+        _run("start", str(self.state), env={"GRIDML_RUCIO_DB": self.db})
         self.start_seconds = time.perf_counter() - t0
         self.info = json.loads((self.state / "server.json").read_text())
 
@@ -72,8 +73,9 @@ def as_root(server: RucioServer, code: str) -> str:
     return proc.stdout
 
 
-def _run(*args: str) -> str:
-    proc = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=900)
+def _run(*args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"rucio-server.sh {' '.join(args)} failed ({proc.returncode}):\n"
                            f"{proc.stdout}\n{proc.stderr}")
@@ -87,12 +89,13 @@ def install_seconds() -> float:
     return time.perf_counter() - t0
 
 
-def start_server(state: Path | None = None) -> RucioServer:
-    server = RucioServer(Path(state or tempfile.mkdtemp(prefix="gridml-rucio-")))
+def start_server(state: Path | None = None, db: str = "sqlite") -> RucioServer:
+    server = RucioServer(Path(state or tempfile.mkdtemp(prefix="gridml-rucio-")), db=db)
     server.start()
     return server
 
 
 def remove_server(server: RucioServer) -> None:
-    server.stop()
+    """Stop the server (and its PostgreSQL, if any) and remove its folder."""
+    _run("destroy", str(server.state))
     shutil.rmtree(server.state, ignore_errors=True)
