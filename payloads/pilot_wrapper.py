@@ -33,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 OUTPUTS = ("model.keras", "model.h5", "curves.png", "metrics.jsonl", "provenance.json", "result.json")
+# Horovod's 30 s defaults for rank start-up and Gloo rendezvous are too short when TensorFlow
+# imports on a busy worker node (the local executor uses the same); the job's own settings win.
+HOROVOD_DEFAULTS = {"HOROVOD_START_TIMEOUT": "300", "HOROVOD_GLOO_TIMEOUT_SECONDS": "300"}
 EX_USAGE, EX_DATAERR = 64, 65
 
 
@@ -52,6 +55,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--model", required=True, help="the user's model file, gzip+base64")
     p.add_argument("--model-name", required=True)
     p.add_argument("--gpus", type=int, default=0, help="GPUs the spec asked for")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment for the payload (the trial request's env)")
     return p.parse_args(argv[:cut]), argv[cut + 1:]
 
 
@@ -137,12 +142,23 @@ def prepare(args: argparse.Namespace, cwd: Path) -> int:
     return 0
 
 
-def run_payload(command: list[str], cwd: Path) -> int:
+def payload_env(pairs: list[str]) -> dict[str, str]:
+    """This job's environment, Horovod's timeouts defaulted, the request's KEY=VALUE pairs on top."""
+    env = {**HOROVOD_DEFAULTS, **os.environ}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"pilot_wrapper: --env wants KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def run_payload(command: list[str], cwd: Path, env: dict[str, str]) -> int:
     """The payload's horovodrun line; its output to payload.log and, at the end, a tail to stderr."""
     log = cwd / "payload.log"
     say(f"running {' '.join(command)}")
     with open(log, "wb") as fh:
-        rc = subprocess.run(command, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
+        rc = subprocess.run(command, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env,
                             check=False).returncode
     if rc != 0:
         tail = log.read_text(errors="replace").splitlines()[-40:]
@@ -170,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = prepare(args, cwd)
     if rc:
         return rc
-    rc = run_payload(command, cwd)
+    rc = run_payload(command, cwd, payload_env(args.env))
     say(f"outputs: {', '.join(collect(cwd)) or 'none'}")
     return rc
 

@@ -103,7 +103,7 @@ def pack(data: bytes) -> str:
 
 
 def job_command(doc: dict[str, Any], model_source: bytes, model_name: str, *, workers: int,
-                controller: str, gpus: int = 0) -> str:
+                controller: str, gpus: int = 0, env: dict[str, str] | None = None) -> str:
     """The exec string: the pilot wrapper, the payload's horovodrun line after ``--``.
 
     ``%IN`` / ``%IN2`` are prun placeholders: runGen puts the staged file names there."""
@@ -113,6 +113,8 @@ def job_command(doc: dict[str, Any], model_source: bytes, model_name: str, *, wo
             "--model", pack(model_source), "--model-name", shlex.quote(model_name)]
     if gpus:
         args += ["--gpus", str(gpus)]
+    for key, value in sorted((env or {}).items()):
+        args += ["--env", shlex.quote(f"{key}={value}")]
     return " ".join(args + ["--"] + payload)
 
 

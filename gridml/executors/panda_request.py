@@ -72,7 +72,8 @@ def task_from_request(loaded: LoadedSpec, req: TaskRequest, doc: dict[str, Any],
     if problem:
         raise ExecutorError(problem)
     command = job_command(doc, model_src, loaded.model_path.name, workers=req.workers,
-                          controller=req.extra.get("horovod", spec.training.horovod), gpus=req.gpus)
+                          controller=req.extra.get("horovod", spec.training.horovod), gpus=req.gpus,
+                          env=req.env)
     return PandaTask(
         nickname=nickname, study=req.study, trial_number=req.trial_number,
         train=spec.data.dids("train"), validation=spec.data.dids("validation"),

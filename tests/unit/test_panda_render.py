@@ -115,6 +115,8 @@ def test_exec_string_carries_trial_and_model_and_the_planner_command() -> None:
     assert command.endswith("-- horovodrun -np 2 -H localhost:2 --gloo python -m "
                             "payloads.train_keras trial.json")
     assert unpack_option(command, "--model") == MODEL
+    with_env = job_command(DOC, MODEL, "mlp.py", workers=1, controller="mpi", env={"A": "x y"})
+    assert "--env 'A=x y' -- horovodrun -np 1 -H localhost:1 --mpi" in with_env
     assert trial_doc_of(p) == DOC
 
 

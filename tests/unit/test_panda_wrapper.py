@@ -28,6 +28,8 @@ for path in doc["data"]["train"] + doc["data"]["validation"] + [doc["model_file"
 (out / "result.json").write_text('{"state": "completed"}')
 (out / "model.keras").write_bytes(b"model")
 print("trained", doc["grid"]["gpus_requested"], doc["grid"]["gpus_visible"])
+import os
+print("env", os.environ["HOROVOD_START_TIMEOUT"], os.environ["GRIDML_X"])
 sys.exit(int(doc["hparams"].get("exit", 0)))
 """
 
@@ -50,6 +52,7 @@ def job_dir(tmp: Path, *, corrupt: bool = False, exit_code: int = 0) -> tuple[Pa
     (cwd / "payload.py").write_text(FAKE_PAYLOAD)
     args = ["--train", "t0.h5,t1.h5", "--validation", "v0.h5", "--trial", pack(json.dumps(doc).encode()),
             "--model", pack(b"def build_model(h, s): pass\n"), "--model-name", "mlp.py", "--gpus", "1",
+            "--env", "GRIDML_X=a b",
             "--", sys.executable, "payload.py", "trial.json"]
     return cwd, args
 
@@ -71,6 +74,7 @@ def test_the_wrapper_fixes_the_trial_file_runs_the_payload_and_collects_outputs(
     for name in ("metrics.jsonl", "result.json", "model.keras"):
         assert (cwd / name).is_file() and not (cwd / "outputs" / name).exists()
     assert "trained 1 0" in (cwd / "payload.log").read_text()
+    assert "env 300 a b" in (cwd / "payload.log").read_text()  # Horovod's timeouts, the request's env
     assert "asked for 1 GPU(s), this node gives 0" in proc.stderr
 
 
