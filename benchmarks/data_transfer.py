@@ -67,7 +67,8 @@ def main() -> None:
             stop_s = _timed(server.stop)
             server.start()
             print(f"Rucio server: install {inst:.1f} s (~0 when cached), first start (schema, "
-                  f"accounts) {first:.1f} s, stop {stop_s:.1f} s, restart {server.start_seconds:.1f} s")
+                  f"accounts) {first:.1f} s, stop {stop_s:.1f} s, "
+                  f"restart {server.start_seconds:.1f} s")
             run_cases(args, work, server)
         finally:
             remove_server(server)

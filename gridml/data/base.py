@@ -76,7 +76,7 @@ class DataManager(Protocol):
     def add_dataset(self, did: str, *, metadata: dict[str, Any] | None = None) -> None: ...
     def add_container(self, did: str, children: list[str]) -> None: ...
     @property
-    def where(self) -> str: ...  # "the local store /x" | "Rucio at https://... as account", for messages
+    def where(self) -> str: ...  # "the local store /x" | "Rucio at URL (account A)": for messages
 
 
 def adler32_file(path: Path, bufsize: int = 1 << 20) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 data_app = typer.Typer(help="Datasets and files by DID (scope:name): put, ls, get.",
                        no_args_is_help=True)
 
-BackendOpt = Annotated[Optional[str], typer.Option(  # noqa: UP007 (typer needs Optional)
+BackendOpt = Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
     "--backend", "-b", help="local | rucio (default: $GRIDML_DATA_BACKEND or local)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output (docs/data.md)")]
 
@@ -58,15 +58,16 @@ def _parse_meta(items: list[str]) -> dict[str, Any]:
 @data_app.command("put")
 def put(files: Annotated[list[Path], typer.Argument(help="files to upload", show_default=False)],
         dataset: Annotated[str, typer.Option("--dataset", "-d", help="SCOPE:NAME to upload into")],
-        rse: Annotated[Optional[str], typer.Option(help="RSE to write to (rucio)")] = None,  # noqa: UP007
-        meta: Annotated[Optional[list[str]], typer.Option(  # noqa: UP007
+        rse: Annotated[str | None, typer.Option(help="RSE to write to (rucio)")] = None,  # noqa: UP007
+        meta: Annotated[list[str] | None, typer.Option(  # noqa: UP007
             "--meta", help="key=value metadata set on each file (repeatable)")] = None,
         backend: BackendOpt = None, as_json: JsonOpt = False) -> None:
     """Upload FILE... into the dataset SCOPE:NAME (created if missing) as SCOPE:<file name>."""
     dm = _open(backend)
     infos = dm.upload(list(files), dataset, metadata=_parse_meta(meta or []), rse=rse)
     if as_json:
-        _print_json({"backend": dm.name, "dataset": dataset, "files": [file_json(f) for f in infos]})
+        _print_json({"backend": dm.name, "dataset": dataset,
+                     "files": [file_json(f) for f in infos]})
         return
     _table(f"{dataset}: {len(infos)} file(s) stored in {dm.where}", infos)
 
@@ -121,8 +122,9 @@ def get(did: Annotated[str, typer.Argument(help="SCOPE:NAME (file, dataset or co
     if as_json:
         sums = {f.did.name: f.adler32 for f in dm.list_files(did)}
         _print_json({"backend": dm.name, "did": did, "dest": str(output.resolve()),
-                     "files": [{"name": p.name, "path": str(p.resolve()), "adler32": sums.get(p.name),
-                                "bytes": p.stat().st_size} for p in paths]})
+                     "files": [{"name": p.name, "path": str(p.resolve()),
+                                "adler32": sums.get(p.name), "bytes": p.stat().st_size}
+                               for p in paths]})
         return
     typer.echo(f"{did}: {len(paths)} file(s) in {output}")
     for p in paths:

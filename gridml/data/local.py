@@ -3,7 +3,7 @@
 Layout under ``root`` (``$GRIDML_HOME/store`` by default)::
 
     catalog.sqlite                    DIDs (file | dataset | container), contents, metadata
-    <scope>/<h0h1>/<h2h3>/<name>      file contents; h = md5("scope:name"), Rucio's deterministic path
+    <scope>/<h0h1>/<h2h3>/<name>      file contents; h = md5("scope:name") (Rucio's hash path)
     .tmp/                             uploads in flight (removed on success and on failure)
 
 Semantics follow Rucio: a file DID is immutable (re-uploading the same bytes is a no-op, different
@@ -28,8 +28,7 @@ from typing import Any
 
 from gridml.data.base import DID, FileInfo, adler32_file, parse_did
 from gridml.data.catalog import Catalog, Row
-from gridml.data.common import (check_names, copy_verified, empty_error, not_found,
-                                resolve_pattern)
+from gridml.data.common import check_names, copy_verified, empty_error, not_found, resolve_pattern
 from gridml.errors import ChecksumError, DataError
 
 RSE = "LOCAL"
@@ -180,14 +179,15 @@ class LocalStore:
         if got != want:
             tmp.unlink(missing_ok=True)
             raise ChecksumError(f"copy of {src} has adler32 {got}, expected {want}",
-                                hint="the file changed while uploading, or the disk is failing; retry")
+                                hint="the file changed while uploading, or the disk is failing: "
+                                     "retry")
         return tmp, tmp.stat().st_size, want
 
     def _register(self, con: sqlite3.Connection, ds: DID, dids: list[DID],
                   staged: list[tuple[Path, int, str]], meta: dict[str, Any]) -> None:
         placed: list[Path] = []
         try:
-            for did, (tmp, size, adler) in zip(dids, staged):
+            for did, (tmp, size, adler) in zip(dids, staged, strict=True):
                 if self._check_existing(con, did, size, adler):  # a no-op, as on Rucio
                     Catalog.attach(con, ds, did)
                     if meta:

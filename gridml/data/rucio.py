@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gridml.data.base import DID, FileInfo, adler32_file, parse_did
-from gridml.data.common import check_names, empty_error, is_verified, resolve_pattern
+from gridml.data.common import empty_error, is_verified, resolve_pattern
 from gridml.data.rucio_errors import call, log
 from gridml.data.rucio_meta import SideMetadata
 from gridml.errors import ChecksumError, DataError, NotFoundError
@@ -136,8 +136,8 @@ class RucioStore:
         for i in range(0, len(dids) if self._server_json_meta is not False else 0, 500):
             chunk = [{"scope": d.scope, "name": d.name} for d in dids[i:i + 500]]
             try:
-                rows = self._call(lambda: list(self.client.get_metadata_bulk(chunk, plugin="JSON")),
-                                  "read metadata of", dids[i])
+                rows = self._call(lambda c=chunk: list(  # type: ignore[misc]
+                    self.client.get_metadata_bulk(c, plugin="JSON")), "read metadata of", dids[i])
             except DataError:  # no JSON plugin on this server (e.g. SQLite behind it)
                 self._server_json_meta = False
                 break
@@ -205,8 +205,8 @@ class RucioStore:
         if self._type_or_none(c) is None:
             self._call(lambda: self.client.add_container(c.scope, c.name), "create container", c)
         if kids:
-            self._call(lambda: self.client.attach_dids(
-                c.scope, c.name, [{"scope": k.scope, "name": k.name} for k in kids]), "attach to", c)
+            content = [{"scope": k.scope, "name": k.name} for k in kids]
+            self._call(lambda: self.client.attach_dids(c.scope, c.name, content), "attach to", c)
 
     def add_rule(self, did: str, rse_expression: str, *, lifetime: int | None = None,
                  copies: int = 1) -> str:

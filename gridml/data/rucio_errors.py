@@ -62,12 +62,13 @@ _KNOWN: dict[str, tuple[str, str]] = {
     "ConfigNotFound": ("no Rucio client configuration found",
                        "set RUCIO_CONFIG to your rucio.cfg (a [client] section, no [database])"),
 }
-_ALIASES = {"ScopeAccessDenied": "AccessDenied", "RSEAccessDenied": "AccessDenied",
-            "RSEWriteBlocked": "AccessDenied", "RSEOverQuota": "InsufficientAccountLimit",
-            "FullStorage": "InsufficientAccountLimit", "FileAlreadyExists": "DataIdentifierAlreadyExists",
-            "InvalidRSEExpression": "RSENotFound", "ServiceUnavailable": "ServerConnectionException",
-            "ConnectionError": "ServerConnectionException", "Timeout": "ServerConnectionException",
-            "ReadTimeout": "ServerConnectionException", "ConnectTimeout": "ServerConnectionException"}
+_ALIASES = {
+    "ScopeAccessDenied": "AccessDenied", "RSEAccessDenied": "AccessDenied",
+    "RSEWriteBlocked": "AccessDenied", "RSEOverQuota": "InsufficientAccountLimit",
+    "FullStorage": "InsufficientAccountLimit", "FileAlreadyExists": "DataIdentifierAlreadyExists",
+    "InvalidRSEExpression": "RSENotFound", "ServiceUnavailable": "ServerConnectionException",
+    "ConnectionError": "ServerConnectionException", "Timeout": "ServerConnectionException",
+    "ReadTimeout": "ServerConnectionException", "ConnectTimeout": "ServerConnectionException"}
 
 
 def _details(exc: BaseException) -> str:

@@ -27,7 +27,7 @@ def upload_batch(store: RucioStore, files: list[Path], ds: DID, *, names: list[s
                  rse: str, metadata: dict[str, Any]) -> list[FileInfo]:
     dids = [DID(ds.scope, n) for n in check_names(files, names, ds)]
     local = [_local_facts(f) for f in files]
-    new = [(d, f) for d, f in zip(dids, local) if not _exists_same(store, d, f)]
+    new = [(d, f) for d, f in zip(dids, local, strict=True) if not _exists_same(store, d, f)]
     store.add_dataset(str(ds), rse=rse)
     _upload_new(store, new, ds, rse)
     _attach_missing(store, ds, dids)
@@ -35,12 +35,13 @@ def upload_batch(store: RucioStore, files: list[Path], ds: DID, *, names: list[s
         for did in dids:
             store.set_metadata(str(did), metadata)
     return [FileInfo(d, size, adler, path=p, replicas=[rse]) for d, (p, size, adler) in
-            zip(dids, local)]
+            zip(dids, local, strict=True)]
 
 
 def _local_facts(path: Path) -> _Local:
     if not path.is_file():
-        raise DataError(f"cannot upload {path}: not a file", hint="give paths of existing regular files")
+        raise DataError(f"cannot upload {path}: not a file",
+                        hint="give paths of existing regular files")
     return path, path.stat().st_size, adler32_file(path)
 
 
@@ -57,7 +58,8 @@ def _exists_same(store: RucioStore, did: DID, facts: _Local) -> bool:
     theirs = (int(meta.get("bytes") or -1), str(meta.get("adler32") or "").lower().zfill(8))
     if theirs != (size, adler):
         raise DataError(f"{did} already exists on {store.where} with different content "
-                        f"(adler32 {theirs[1]}, {theirs[0]} bytes; new file: {adler}, {size} bytes)",
+                        f"(adler32 {theirs[1]}, {theirs[0]} bytes; "
+                        f"new file: {adler}, {size} bytes)",
                         hint="a DID is immutable: upload the new version under a new name")
     return True
 

@@ -15,7 +15,7 @@ What it sets up (all names also in STATE/server.json for the tests):
     helpers (rucio.db.sqla.util);
   - root account (userpass) and an ordinary account ``jdoe`` (userpass) with scope ``user.jdoe``;
   - a POSIX ``file`` RSE ``TEST_USERDISK`` in STATE/rse (the generic policy lets ordinary accounts
-    add replicas only on RSEs ending USERDISK/SCRATCHDISK/LOCALGROUPDISK/MOCK), 10 GB quota for jdoe;
+    add replicas only on RSEs ending USERDISK/SCRATCHDISK/LOCALGROUPDISK/MOCK), jdoe's quota 10 GB;
   - a second RSE ``TINY_SCRATCHDISK`` with a 1 kB quota for jdoe, to test quota errors;
   - the client config (STATE/client/rucio.cfg) has no [database] section: with one, rucio's client
     code switches to server mode; its token file stays in STATE/client (rucio's default is a

@@ -20,7 +20,7 @@ BACKENDS = ["local", pytest.param("rucio", marks=[pytest.mark.service, pytest.ma
 
 
 @pytest.fixture(params=BACKENDS)
-def dm(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DataManager:
+def dm(request: pytest.FixtureRequest, tmp_path: Path) -> DataManager:
     """A backend under test, with a scope its account may write to in ``dm.test_scope``."""
     if request.param == "local":
         from gridml.data.local import LocalStore

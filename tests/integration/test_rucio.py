@@ -45,8 +45,9 @@ def _rse_files(server: RucioServer) -> dict[str, Path]:
     return {p.name: p for p in root.rglob("*") if p.is_file()}
 
 
-def test_upload_lands_on_the_rse_with_a_rule_and_usage(rucio_store: RucioStore, rucio_env: RucioServer,
-                                                      tmp_path: Path, uid: str) -> None:
+def test_upload_lands_on_the_rse_with_a_rule_and_usage(rucio_store: RucioStore,
+                                                      rucio_env: RucioServer, tmp_path: Path,
+                                                      uid: str) -> None:
     files = _files(tmp_path, uid, 3, 20_000)
     ds = f"user.jdoe:{uid}.out"
     rucio_store.upload(files, ds)
@@ -75,9 +76,8 @@ def test_resolve_reports_replicas_and_refuses_unavailable_ones(
         rucio_store.resolve(f"user.jdoe:{uid}.train")
 
 
-def test_stage_in_reports_progress_and_reuses_verified_files(rucio_store: RucioStore, tmp_path: Path,
-                                                             uid: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stage_in_reports_progress_and_reuses_verified_files(
+        rucio_store: RucioStore, tmp_path: Path, uid: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("gridml.data.rucio.GROUP_FILES", 2)  # groups of 2 files: progress 2/3, 3/3
     files = _files(tmp_path, uid, 3, 50_000)
     rucio_store.upload(files, f"user.jdoe:{uid}.train")

@@ -59,9 +59,10 @@ def test_campaign_on_rucio_and_best_model_fetched_back(rucio_env: RucioServer, t
     gridml("fetch", "rcamp", "--best", "-o", str(dest))  # the spec's backend: from Rucio
     model = next(p for p in dest.iterdir() if p.suffix in (".keras", ".h5"))
     assert f"trial-{best['number']:04d}" in model.name
-    code = ("import sys, numpy as np, tensorflow as tf; m = tf.keras.models.load_model(sys.argv[1]); "
-            "p = m.predict(np.zeros((3, 10), 'float32'), verbose=0); assert p.shape == (3, 1); "
-            "print('ok')")
+    code = ("import sys, numpy as np, tensorflow as tf; "
+            "m = tf.keras.models.load_model(sys.argv[1]); "
+            "p = m.predict(np.zeros((3, 10), 'float32'), verbose=0); "
+            "assert p.shape == (3, 1); print('ok')")
     proc = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]

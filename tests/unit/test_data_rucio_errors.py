@@ -12,7 +12,10 @@ from gridml.errors import ChecksumError, DataError, NotFoundError
 WHERE = "Rucio at http://127.0.0.1:1 (account jdoe)"
 
 
-def _tr(exc: BaseException, did: DID | str | None = DID("user.jdoe", "ds")) -> Exception:
+DS = DID("user.jdoe", "ds")
+
+
+def _tr(exc: BaseException, did: DID | str | None = DS) -> Exception:
     return translate(exc, action="upload", did=did, where=WHERE, account="jdoe")
 
 
@@ -71,5 +74,5 @@ def test_permanent_errors_are_not_retried() -> None:
     with pytest.raises(DataError):
         call(denied, action="upload", did=DID("user.x", "y"), where=WHERE)
     assert attempts == [1]
-    assert not is_transient(rx.RucioException("An unknown exception occurred. (http status code: 500)"))
-    assert is_transient(rx.RucioException("An unknown exception occurred. (http status code: 503)"))
+    assert not is_transient(rx.RucioException("Unknown exception. (http status code: 500)"))
+    assert is_transient(rx.RucioException("Unknown exception. (http status code: 503)"))
