@@ -16,10 +16,15 @@ if TYPE_CHECKING:
 BACKENDS = ("local", "rucio")
 
 
-def open_data_manager(backend: str | None = None) -> DataManager:
+def open_data_manager(backend: str | None = None, *, rse: str | None = None,
+                      lifetime: int | None = None) -> DataManager:
     """The DataManager for ``backend`` (``local`` | ``rucio``); None means the setting
     ($GRIDML_DATA_BACKEND, default ``local``). The local store lives in settings().store_dir;
-    Rucio reads its own configuration (RUCIO_CONFIG / rucio.cfg, RUCIO_ACCOUNT)."""
+    Rucio reads its own configuration (RUCIO_CONFIG / rucio.cfg, RUCIO_ACCOUNT).
+
+    Rucio only: ``rse`` is the RSE uploads go to (default $GRIDML_RUCIO_RSE) and ``lifetime``
+    (seconds) that of the rule made with a new dataset (default $GRIDML_RUCIO_LIFETIME, none).
+    The local store has one RSE and keeps everything."""
     from gridml.settings import settings
 
     name = (backend or settings().data_backend).strip().lower()
@@ -30,6 +35,6 @@ def open_data_manager(backend: str | None = None) -> DataManager:
     if name == "rucio":
         from gridml.data.rucio import RucioStore
 
-        return RucioStore()
+        return RucioStore(rse=rse, lifetime=lifetime)
     raise UsageError(f"unknown data backend {name!r}",
                      hint=f"use one of: {', '.join(BACKENDS)} (--backend or $GRIDML_DATA_BACKEND)")

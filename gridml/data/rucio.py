@@ -28,7 +28,7 @@ from gridml.data.base import DID, FileInfo, adler32_file, parse_did
 from gridml.data.common import empty_error, is_verified, resolve_pattern
 from gridml.data.rucio_errors import call, log
 from gridml.data.rucio_meta import SideMetadata
-from gridml.errors import ChecksumError, DataError, NotFoundError
+from gridml.errors import ChecksumError, DataError, NotFoundError, UsageError
 
 T = TypeVar("T")
 Progress = Callable[[int, int, int, int], None]  # files done, files total, bytes done, bytes total
@@ -57,7 +57,7 @@ class RucioStore:
         clean_cached_config()  # rucio caches its config per process: honour today's RUCIO_CONFIG
 
         self.default_rse = rse or os.environ.get("GRIDML_RUCIO_RSE") or None
-        self.lifetime = lifetime
+        self.lifetime = lifetime or _env_seconds("GRIDML_RUCIO_LIFETIME")
         self.client = call(lambda: Client(logger=_client_logger()), action="connect to", did=None,
                            where="Rucio", account=os.environ.get("RUCIO_ACCOUNT"))
         self._server_json_meta: bool | None = None  # learnt on first set_metadata
@@ -267,6 +267,16 @@ class RucioStore:
         from gridml.settings import settings
 
         return SideMetadata(settings().home / "rucio-metadata.sqlite", str(self.client.host))
+
+
+def _env_seconds(name: str) -> int | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if not value.isdigit():
+        raise UsageError(f"${name}={value!r} is not a number of seconds",
+                         hint=f"e.g. {name}=2592000 (30 days), or unset it for no lifetime")
+    return int(value)
 
 
 def _forget_rse_cache() -> None:

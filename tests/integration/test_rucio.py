@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from gridml.data.base import adler32_file
 from gridml.data.cli import data_app
 from gridml.data.rucio import RucioStore
-from gridml.errors import DataError, NotFoundError
+from gridml.errors import DataError, NotFoundError, UsageError
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
@@ -62,6 +62,21 @@ def test_upload_lands_on_the_rse_with_a_rule_and_usage(rucio_store: RucioStore,
     usage = json.loads(as_root(rucio_env, "import json; print(json.dumps([dict(u) for u in "
                                "client.get_local_account_usage('jdoe', 'TEST_USERDISK')]))"))
     assert usage[0]["bytes"] >= 3 * 20_000 and usage[0]["files"] >= 3
+
+
+def test_new_dataset_rule_gets_the_lifetime_setting(rucio_env: RucioServer, tmp_path: Path, uid: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GRIDML_RUCIO_LIFETIME", "86400")
+    from gridml.data import open_data_manager
+
+    open_data_manager("rucio").upload(_files(tmp_path, uid, 1, 100), f"user.jdoe:{uid}.tmp")
+    rules = json.loads(as_root(rucio_env, f"import json; print(json.dumps([str(r['expires_at']) "
+                               f"for r in client.list_did_rules('user.jdoe', '{uid}.tmp')]))"))
+    assert len(rules) == 1 and rules[0] != "None"
+    monkeypatch.setenv("GRIDML_RUCIO_LIFETIME", "a month")
+    with pytest.raises(UsageError, match="GRIDML_RUCIO_LIFETIME"):
+        open_data_manager("rucio")
 
 
 def test_resolve_reports_replicas_and_refuses_unavailable_ones(
