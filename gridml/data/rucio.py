@@ -189,21 +189,15 @@ class RucioStore:
                     rse: str | None = None) -> None:
         """Create dataset ``did`` (no-op if it is one already); with ``rse``, a rule there."""
         d = parse_did(did)
-        if self._type_or_none(d) not in (None, "dataset"):
-            raise DataError(f"{d} already exists as a {self.did_type(did)}, not a dataset",
-                            hint="choose another name for the dataset")
-        if self._type_or_none(d) is None:
-            rules = [{"account": self.client.account, "copies": 1, "rse_expression": rse,
-                      "grouping": "DATASET", "lifetime": self.lifetime}] if rse else None
-            self._call(lambda: self.client.add_dataset(d.scope, d.name, rules=rules),
-                       "create dataset", d)
+        rules = [{"account": self.client.account, "copies": 1, "rse_expression": rse,
+                  "grouping": "DATASET", "lifetime": self.lifetime}] if rse else None
+        self._ensure(d, "dataset", lambda: self.client.add_dataset(d.scope, d.name, rules=rules))
         if metadata:
-            self.set_metadata(did, metadata)
+            self._set_meta(d, metadata)
 
     def add_container(self, did: str, children: list[str]) -> None:
         c, kids = parse_did(did), [parse_did(k) for k in children]
-        if self._type_or_none(c) is None:
-            self._call(lambda: self.client.add_container(c.scope, c.name), "create container", c)
+        self._ensure(c, "container", lambda: self.client.add_container(c.scope, c.name))
         if kids:
             content = [{"scope": k.scope, "name": k.name} for k in kids]
             self._call(lambda: self.client.attach_dids(c.scope, c.name, content), "attach to", c)
@@ -227,6 +221,9 @@ class RucioStore:
         keys of one server go to one place, learnt from the first try)."""
         d = parse_did(did)
         self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+        self._set_meta(d, metadata)
+
+    def _set_meta(self, d: DID, metadata: dict[str, Any]) -> None:
         if self._server_json_meta is not False:
             try:
                 self._call(lambda: self.client.set_metadata_bulk(d.scope, d.name, metadata),
@@ -255,6 +252,22 @@ class RucioStore:
             raise DataError("no RSE chosen to upload to",
                             hint="pass --rse RSE or set $GRIDML_RUCIO_RSE (`rucio list-rses`)")
         return chosen
+
+    def _ensure(self, d: DID, kind: str, create: Callable[[], Any]) -> None:
+        """Create collection ``d`` unless it exists as ``kind`` (also if another process just
+        made it); a DID of another type under that name is refused."""
+        found = self._type_or_none(d)
+        if found is None:
+            try:
+                self._call(create, f"create {kind}", d)
+                return
+            except DataError:
+                found = self._type_or_none(d)
+                if found is None:
+                    raise
+        if found != kind:
+            raise DataError(f"{d} already exists as a {found}, not a {kind}",
+                            hint=f"choose another name for the {kind}")
 
     def _type_or_none(self, d: DID) -> str | None:
         try:

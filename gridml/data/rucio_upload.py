@@ -33,7 +33,7 @@ def upload_batch(store: RucioStore, files: list[Path], ds: DID, *, names: list[s
     _attach_missing(store, ds, dids)
     if metadata:
         for did in dids:
-            store.set_metadata(str(did), metadata)
+            store._set_meta(did, metadata)
     return [FileInfo(d, size, adler, path=p, replicas=[rse]) for d, (p, size, adler) in
             zip(dids, local, strict=True)]
 

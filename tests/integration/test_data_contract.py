@@ -188,3 +188,14 @@ def test_errors_are_gridml_errors_with_hints(dm: DataManager, uid: str) -> None:
     with pytest.raises(GridmlError) as err:
         dm.resolve(_ds(dm, f"{uid}.nothing"))
     assert err.value.hint and parse_did(_ds(dm, f"{uid}.nothing"))
+
+
+def test_collections_refuse_a_name_of_another_type(dm: DataManager, tmp_path: Path, uid: str) -> None:
+    (a, _) = _write(tmp_path, f"{uid}.f", 10)
+    dm.upload([a], _ds(dm, f"{uid}.ds"))
+    with pytest.raises(DataError, match="already exists as a file, not a dataset"):
+        dm.add_dataset(_ds(dm, a.name))
+    with pytest.raises(DataError, match="already exists as a dataset, not a container"):
+        dm.add_container(_ds(dm, f"{uid}.ds"), [])
+    dm.add_dataset(_ds(dm, f"{uid}.ds"))  # an existing dataset: a no-op
+    assert len(dm.list_files(_ds(dm, f"{uid}.ds"))) == 1
