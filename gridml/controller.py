@@ -143,7 +143,7 @@ class Campaign:
 
     def _write_trial_file(self, trial: Trial, path: Path, workdir: Path) -> None:
         train, val, inputs = self._stage_inputs(workdir)
-        token = self.store.issue_trial_token(trial.id)
+        token = self._trial_token(trial, path)
         api = {"url": self.api_url, "token": token} if self.api_url else None
         doc = planner.trial_document(
             self.loaded, self.study, trial, train=train, validation=val, inputs=inputs,
@@ -154,6 +154,14 @@ class Campaign:
         tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
         tmp.chmod(0o600)  # it holds the trial token
         tmp.rename(path)
+
+    def _trial_token(self, trial: Trial, path: Path) -> str:
+        """The trial's token: the one an earlier attempt got, if still valid (a PanDA retry
+        reruns the first attempt's job with its trial file), else a new one."""
+        old = (_read_json(path).get("api") or {}).get("token")
+        if old and self.store.check_trial_token(trial.id, old):
+            return str(old)
+        return self.store.issue_trial_token(trial.id)
 
     def _stage_inputs(self, workdir: Path) -> tuple[list[str], list[str], list[dict[str, Any]]]:
         paths: dict[str, list[str]] = {}
@@ -183,7 +191,8 @@ class Campaign:
         status = self.executor.poll(handle)
         if status.state in ("completed", "failed", "killed"):
             self.finalize(trial, status)
-        elif status.state == "running" and self._silent(trial):
+        elif status.state == "running" and not self._remote and self._silent(trial):
+            # (grid nodes often have no outbound network: no heartbeats; PanDA enforces walltime)
             self.executor.kill(handle)
             timeout = self.spec.backend.heartbeat_timeout
             self.finalize(trial, TaskStatus("failed", f"no heartbeat for {timeout}: the trial hung"))

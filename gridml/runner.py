@@ -63,7 +63,7 @@ def _executor(loaded: LoadedSpec, dry_run: bool) -> Any:
     if loaded.spec.backend.executor == "panda":
         from gridml.executors.panda import render_for_request  # type: ignore[import-not-found]
 
-        return DryRunExecutor(render=lambda req: render_for_request(loaded, req))
+        return DryRunExecutor(render=lambda req: render_for_request(loaded, req), remote=True)
     return DryRunExecutor(render=render_local)
 
 

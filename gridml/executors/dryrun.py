@@ -20,8 +20,9 @@ class DryRunExecutor:
     name = "dryrun"
     remote = False
 
-    def __init__(self, render: Any = render_local) -> None:
+    def __init__(self, render: Any = render_local, remote: bool = False) -> None:
         self.render = render
+        self.remote = remote  # rendering for a remote executor: inputs are not staged here
         self.rendered: list[dict[str, Any]] = []
 
     def submit(self, req: TaskRequest) -> str:
