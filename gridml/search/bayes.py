@@ -3,13 +3,14 @@
 scikit-optimize's ``Optimizer.ask(n_points)`` refits the GP's kernel hyperparameters and reruns
 the whole acquisition search once per point of a batch. Here one batch costs one fit:
 
-1. the first ``n_initial_points`` positions of a study are a scrambled Sobol design (seeded);
-2. then the kernel (skopt's Matern 5/2 GP, see ``gp.py``) is fitted once on the finite
+1. the first ``n_initial_points`` positions of a study (default: parameters + 2, within [5, 10])
+   are a scrambled Sobol design (seeded);
+2. then the kernel (skopt's Matern 5/2 GP model, see ``gp.py``) is fitted once on the finite
    observations, BLAS kept to one thread (small matrices on a shared machine);
-3. each point of the batch maximises expected improvement over a bounded candidate set (random
-   draws, draws around the best observations, a few shrinking local rounds around the best
-   candidates; ``acquisition.py``), and is then added to the posterior with a constant-liar value
-   (pending trials are added the same way first), re-conditioning the *fixed* kernel.
+3. each point of the batch optimises its acquisition (lower confidence bound with a ``kappa``
+   that steps through ``kappas`` by study position, or EI) over a bounded candidate set
+   (``acquisition.py``), and is then added to the posterior with a constant-liar value (pending
+   trials are added the same way first), re-conditioning the *fixed* kernel.
 
 Points equal to a told, pending or already chosen one are never returned.
 """
@@ -24,7 +25,7 @@ from gridml.search.random import draw_novel
 
 class BayesSearcher(BaseSearcher):
     name = "bayes"
-    defaults: ClassVar[dict[str, Any]] = {"n_initial_points": 10, "acquisition": "lcb",
+    defaults: ClassVar[dict[str, Any]] = {"n_initial_points": None, "acquisition": "lcb",
                                 "kappas": (0.0, 1.0, 2.0, 3.0), "xi": 0.01, "liar": "min",
                                 "prior_quantile": 0.75, "candidates": 1000, "restarts": 2,
                                 "fit_max": 100}
@@ -44,7 +45,7 @@ class BayesSearcher(BaseSearcher):
 
     def _initial(self, n: int, count: int, seen: set[tuple]) -> list[Point]:
         """Sobol design points for the study positions ``count`` .. ``n_initial_points - 1``."""
-        total = int(self.options["n_initial_points"])
+        total = self.n_initial
         if count >= total:
             return []
         from scipy.stats import qmc
@@ -52,6 +53,12 @@ class BayesSearcher(BaseSearcher):
         sobol = qmc.Sobol(self.space.dims, scramble=True, seed=self.seed % 2**32)
         u = sobol.random(1 << max(total - 1, 1).bit_length())[count:total]
         return self.novel(self.space.points(self.space.from_unit(u)), seen, n)
+
+    @property
+    def n_initial(self) -> int:
+        """``n_initial_points``; by default the number of parameters + 2, within [5, 10]."""
+        given = self.options["n_initial_points"]
+        return int(given) if given is not None else min(10, max(5, self.space.dims + 2))
 
     def _kappa(self, position: int) -> float | None:
         if self.options["acquisition"] == "ei":
@@ -96,6 +103,8 @@ def check_options(options: dict[str, Any]) -> None:
         problems.append(f"kappas: {kappas!r} must be a non-empty list of numbers >= 0")
     if not 0.0 <= float(options["prior_quantile"]) <= 1.0:
         problems.append("prior_quantile: must be between 0 and 1")
+    if options["n_initial_points"] is None:
+        options = {**options, "n_initial_points": 0}
     for key in ("n_initial_points", "candidates", "restarts", "fit_max"):
         if isinstance(options[key], bool) or not isinstance(options[key], int) or options[key] < 0:
             problems.append(f"{key}: must be a whole number >= 0 (got {options[key]!r})")
