@@ -2,7 +2,9 @@
 
 The lead registers :func:`serve` as ``gridml serve``. Migrations run once in this process before
 any worker starts; each uvicorn worker then opens its own connection pool
-(``gridml.server.app:app_from_env``). TLS: run behind a reverse proxy (docs/server.md).
+(``gridml.server.app:app_from_env``). The controller loop for grid campaigns
+(``gridml.service.CampaignService``) runs in a thread of this process, once per server whatever
+the number of workers. TLS: run behind a reverse proxy (docs/server.md).
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ def serve(
         "--open-reads/--closed-reads",
         help="let GET routes and the dashboard work without a token (default: only when "
              "listening on loopback)")] = None,
+    controller: Annotated[bool, typer.Option(
+        "--controller/--no-controller",
+        help="drive the grid campaigns (executor other than local) registered here; run one "
+             "controller per database")] = True,
+    public_url: Annotated[str | None, typer.Option(
+        help="the URL payloads on worker nodes post to (default: http://HOST:PORT); behind a "
+             "reverse proxy, its https:// address")] = None,
+    poll: Annotated[float, typer.Option(help="seconds between controller cycles")] = 10.0,
 ) -> None:
     """Run the gridml server: metrics API under /api/v1, dashboard at /, metrics at /metrics."""
     import uvicorn
@@ -40,9 +50,27 @@ def serve(
     os.environ["GRIDML_SERVE_DB"] = url
     os.environ["GRIDML_SERVE_OPEN_READS"] = "1" if reads else "0"
     typer.echo(f"gridml server on http://{host}:{port} (database {_safe(url)}, "
-               f"{workers} worker(s), reads {'open' if reads else 'need a token'})")
-    uvicorn.run("gridml.server.app:app_from_env", factory=True, host=host, port=port,
-                workers=workers, log_level="warning", access_log=False)
+               f"{workers} worker(s), reads {'open' if reads else 'need a token'}, "
+               f"controller {'on' if controller else 'off'})")
+    service = _start_controller(url, public_url or f"http://{host}:{port}", poll) \
+        if controller else None
+    try:
+        uvicorn.run("gridml.server.app:app_from_env", factory=True, host=host, port=port,
+                    workers=workers, log_level="warning", access_log=False)
+    finally:
+        if service is not None:
+            service.stop()
+
+
+def _start_controller(url: str, api_url: str, poll: float):  # type: ignore[no-untyped-def]
+    """The server's controller loop (grid campaigns), in a thread of this process."""
+    from gridml.server.db import open_store
+    from gridml.service import CampaignService
+    from gridml.settings import settings
+
+    service = CampaignService(open_store(url), settings().runs_dir, api_url, poll_s=poll)
+    service.start()
+    return service
 
 
 def _safe(url: str) -> str:

@@ -196,6 +196,14 @@ def test_heartbeat_marks_running_with_aware_time(store):
     assert beat.state == "running" and beat.last_heartbeat.tzinfo == timezone.utc
 
 
+def test_resubmission_restarts_the_heartbeat_clock(store):
+    study = store.create_study("demo", {}, "h")
+    trial = store.create_trial(study.id, {}, state="submitted")
+    store.heartbeat(trial.id)
+    assert store.update_trial(trial.id, state="queued").last_heartbeat is not None
+    assert store.update_trial(trial.id, state="submitted", attempts=2).last_heartbeat is None
+
+
 def test_migrations_are_applied_once(store_url):
     from sqlalchemy import text
 

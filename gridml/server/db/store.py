@@ -204,12 +204,16 @@ class SqlStore:
         return found
 
     def update_trial(self, trial_id: int, **fields: Any) -> Trial:
+        """Set fields of a trial. Setting state 'submitted' (a new attempt) also clears
+        last_heartbeat, so a retried trial is not judged by its previous attempt's silence."""
         unknown = set(fields) - UPDATABLE
         if unknown:
             raise StoreError(f"update_trial: unknown field(s) {sorted(unknown)}",
                              hint=f"updatable: {sorted(UPDATABLE)}")
         if "state" in fields:
             _check_state(fields["state"])
+            if fields["state"] == "submitted":  # a new attempt: its own heartbeat clock
+                fields.setdefault("last_heartbeat", None)
         outputs = fields.pop("outputs", None)
         with self._write() as s:
             row = self._trial_row(s, trial_id)

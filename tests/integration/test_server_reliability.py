@@ -1,0 +1,173 @@
+"""No lost reports: `gridml serve` killed with SIGKILL during a real campaign, then restarted.
+
+The controller (gridml.controller.Campaign, local executor, real Horovod/TF payloads) runs in
+this process on the same database as a separate `gridml serve` the payloads post to. The server
+is killed twice mid-campaign; payloads spool and retry, the controller ingests spools, and at
+the end every epoch of every trial is in the store exactly once. SQLite and PostgreSQL.
+A hung trial (its processes frozen with SIGSTOP) is failed after the heartbeat timeout and
+retried.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import threading
+import time
+
+import pytest
+
+from gridml.server.process import ServerProcess
+
+pytestmark = [pytest.mark.service, pytest.mark.slow, pytest.mark.e2e]
+
+TRAINING = "training: {epochs: 3, batch_size: 64, metrics: [accuracy], workers: 1}\n"
+RESOURCES = "resources: {cores: 1, gpus: 0, memory_gb: 2, walltime: 20m}\n"
+
+
+def search(trials: int) -> str:
+    return textwrap.dedent(f"""\
+        search:
+          algorithm: random
+          objective: val_loss
+          max_trials: {trials}
+          parallel: {min(trials, 2)}
+          seed: 11
+          space:
+            learning_rate: {{type: real, low: 1.0e-3, high: 3.0e-2, log: true}}
+            units: {{type: int, low: 8, high: 24}}
+        """)
+
+
+@pytest.fixture(scope="module")
+def pg_server():
+    from gridml.server import testing
+
+    yield testing.postgres_url()
+    testing.stop_started_postgres()
+
+
+@pytest.fixture
+def db_url(request, tmp_path, monkeypatch):
+    from gridml.server import testing
+
+    monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'home' / 'gridml.db'}"
+        return
+    if request.getfixturevalue("pg_server") is None:
+        pytest.skip("no PostgreSQL: set GRIDML_TEST_PG_URL or install postgresql")
+    url = testing.create_database(request.getfixturevalue("pg_server"))
+    yield url
+    testing.drop_database(url)
+
+
+def campaign(tmp_path, db_url: str, api_url: str, trials: int, backend: str = ""):
+    """A Campaign of the lead's controller on ``db_url`` whose payloads post to ``api_url``."""
+    from gridml import executors
+    from gridml.controller import Campaign
+    from gridml.data import open_data_manager
+    from gridml.server.db import open_store
+    from gridml.settings import settings
+    from gridml.spec import load_spec
+    from tests.helpers import make_registered_sample_data, write_spec
+
+    train, val = make_registered_sample_data(tmp_path, n_train=2000, n_val=400)
+    extra = {"backend": backend} if backend else {}
+    spec = write_spec(tmp_path / "spec.yaml", "reliable", train, val, training=TRAINING,
+                      search=search(trials), resources=RESOURCES, **extra)
+    data = open_data_manager("local")
+    loaded = load_spec(spec, did_exists=data.exists)
+    store = open_store(db_url)
+    return Campaign(loaded, store, executors.create("local"), data, settings().runs_dir,
+                    api_url=api_url, poll_s=1.0), store
+
+
+def _kill_twice(server: ServerProcess, store, study_id: int, done: threading.Event) -> None:
+    """SIGKILL the server once the first epochs are in, and again a little later."""
+    for target in (1, 4):
+        while not done.is_set() and sum(t.epochs_done for t in store.list_trials(study_id)) < target:
+            time.sleep(0.5)
+        if done.is_set():
+            return
+        server.kill()
+        time.sleep(4)  # payloads meet a dead server: retries, then the spool
+        server.start()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
+def test_server_killed_mid_campaign_loses_no_report(tmp_path, db_url):
+    server = ServerProcess(db_url, log=tmp_path / "serve.log").start()
+    camp, store = campaign(tmp_path, db_url, server.url, trials=4)
+    done = threading.Event()
+    killer = threading.Thread(target=_kill_twice, args=(server, store, camp.study.id, done))
+    killer.start()
+    try:
+        camp.run()
+    finally:
+        done.set()
+        killer.join()
+        server.stop()
+    trials = store.list_trials(camp.study.id)
+    assert [t.state for t in trials] == ["completed"] * 4, [t.error for t in trials]
+    for trial in trials:
+        assert [e.epoch for e in store.list_epochs(trial.id)] == [1, 2, 3]
+        assert trial.epochs_done == 3 and trial.objective is not None
+    assert (tmp_path / "serve.log").read_text().count("gridml server on") == 3  # killed twice
+
+
+def trial_processes(workdir: str) -> list[int]:
+    """Live processes of one trial: their command line names its directory (trial.json)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            if workdir in cmd:
+                pids.append(int(entry))
+    return pids
+
+
+def _freeze_first_running(store, study_id: int, done: threading.Event, frozen: list) -> None:
+    """SIGSTOP every process of the trial once it has reported an epoch: a hung node."""
+    while not done.is_set():
+        for trial in store.list_trials(study_id):
+            if trial.epochs_done >= 1 and trial.state == "running" and trial.external_id:
+                workdir = os.path.dirname(trial.external_id.rstrip("/"))
+                pids = trial_processes(workdir)
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                frozen.append((trial.id, pids))
+                return
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_hung_trial_fails_after_heartbeat_timeout_and_is_retried(tmp_path, db_url):
+    # payloads beat every 30 s (planner), and TensorFlow takes a while to start on a busy machine
+    backend = "backend: {executor: local, data: local, server: embedded, heartbeat_timeout: 75, " \
+              "retries: 1}\n"
+    with ServerProcess(db_url, log=tmp_path / "serve.log") as server:
+        camp, store = campaign(tmp_path, db_url, server.url, trials=1, backend=backend)
+        done, frozen = threading.Event(), []
+        freezer = threading.Thread(target=_freeze_first_running,
+                                   args=(store, camp.study.id, done, frozen))
+        freezer.start()
+        try:
+            camp.run()
+        finally:
+            done.set()
+            freezer.join()
+            for _, pids in frozen:
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+    (trial,) = store.list_trials(camp.study.id)
+    assert frozen and frozen[0][0] == trial.id
+    assert trial.attempts == 2 and trial.state == "completed", trial.error
+    assert [e.epoch for e in store.list_epochs(trial.id)] == [1, 2, 3]
