@@ -170,13 +170,20 @@ def test_grid_log_and_conditional_levels():
     assert {p["layers"] for p in points} == {1, 64}
 
 
-def test_random_in_a_small_discrete_space_runs_out():
+@pytest.mark.parametrize("algo", ALGOS)
+def test_a_small_discrete_space_runs_out(algo):
     space = {"a": {"type": "int", "low": 0, "high": 2}, "b": {"type": "categorical",
                                                           "choices": [True, False]}}
-    s = search.create("random", space, seed=3)
+    extra = {"grid_points": 3} if algo == "grid" else {}  # every int of 0..2
+    s = make(algo, space, seed=3, **extra)
     points = s.ask(10)
     assert len(points) == 6 and s.exhausted
     assert len({(p["a"], p["b"]) for p in points}) == 6
+    again = make(algo, space, seed=3, **extra)
+    again.tell(points[:4], [1.0, 2.0, None, 0.5])
+    rest = again.ask(3, pending=points[4:5])
+    assert rest == [points[5]] or (len(rest) == 1 and rest[0] not in points[:5])
+    assert again.exhausted
 
 
 def test_unknown_algorithm_and_options_are_refused_clearly():
