@@ -194,7 +194,8 @@ def test_server_stopped_mid_upload_then_restarted(rucio_store: RucioStore, rucio
     files = _files(tmp_path, uid, 6, 200_000)
     ds = f"user.jdoe:{uid}.out"
     result: dict[str, object] = {}
-    worker = threading.Thread(target=lambda: result.update(ok=_try(rucio_store.upload, files, ds)))
+    worker = threading.Thread(target=lambda: result.update(ok=_try(rucio_store.upload, files, ds)),
+                              daemon=True)  # never outlives a failed test
     worker.start()
     _wait_for_first_file(rucio_env, uid)
     rucio_env.stop()  # mid-upload: at least one file done, others not
