@@ -164,14 +164,6 @@ def test_rule_beyond_quota_refused(rucio_store: RucioStore, tmp_path: Path, uid:
     assert "--rse" in str(err.value)
 
 
-def test_server_config_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = tmp_path / "rucio.cfg"
-    cfg.write_text("[client]\nrucio_host = http://127.0.0.1:1\n[database]\ndefault = sqlite://\n")
-    monkeypatch.setenv("RUCIO_CONFIG", str(cfg))
-    with pytest.raises(DataError, match=r"\[database\] section"):
-        RucioStore()
-
-
 def test_server_down_is_retried_then_reported(rucio_store: RucioStore, rucio_env: RucioServer,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRIDML_RUCIO_RETRIES", "2")

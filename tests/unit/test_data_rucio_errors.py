@@ -76,3 +76,17 @@ def test_permanent_errors_are_not_retried() -> None:
     assert attempts == [1]
     assert not is_transient(rx.RucioException("Unknown exception. (http status code: 500)"))
     assert is_transient(rx.RucioException("Unknown exception. (http status code: 503)"))
+
+
+def test_unreadable_or_server_configs_are_refused_before_any_call(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from gridml.data.rucio import RucioStore
+
+    monkeypatch.setenv("RUCIO_CONFIG", str(tmp_path / "missing.cfg"))
+    with pytest.raises(DataError, match="cannot be read"):
+        RucioStore()
+    cfg = tmp_path / "rucio.cfg"
+    cfg.write_text("[client]\nrucio_host = http://127.0.0.1:1\n[database]\ndefault = sqlite://\n")
+    monkeypatch.setenv("RUCIO_CONFIG", str(cfg))
+    with pytest.raises(DataError, match=r"\[database\] section"):
+        RucioStore()
