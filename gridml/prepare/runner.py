@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,8 @@ from typing import Any
 
 from gridml.errors import DataError
 from gridml.prepare import inputs as inp
-from gridml.prepare import output, worker
-from gridml.prepare.pool import Pool, progress
+from gridml.prepare import output
+from gridml.prepare.pool import Pool
 from gridml.prepare.spec import PrepSpec, load_prep_spec
 
 FORMAT_VERSION = "1"  # bump when pieces or shards change meaning: invalidates every cache key
@@ -68,7 +67,7 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def _read_branches(spec: PrepSpec) -> list[str] | None:
+def read_branches(spec: PrepSpec) -> list[str] | None:
     """The columns to read: inputs.branches plus the split key (None: all)."""
     m = spec.model
     if m.inputs.branches is None:
@@ -87,35 +86,6 @@ def _describe(spec: PrepSpec, cache: Path, backend: str, rehash: bool,
     memo.save()
     inp.check_schema(described, m.branches, spec.model.split.key)
     return described
-
-
-def _tasks(spec: PrepSpec, files: list[inp.InputFile], chunks: list[inp.Chunk], keys: list[str],
-           branches: list[str] | None, cache: Path, code: str) -> list[worker.ChunkTask]:
-    m = spec.model
-    pad = {k: v.model_dump() for k, v in m.features.pad.items()}
-    return [worker.ChunkTask(
-        key=k, path=str(files[c.file].path), source=files[c.file].source, kind=files[c.file].kind,
-        tree=m.inputs.tree, branches=branches, chunk=c.index, start=c.start, stop=c.stop,
-        digest=files[c.file].digest, module=str(spec.module_path), code=code,
-        function=m.preprocess.function,
-        params=m.preprocess.params, pad=pad, ragged=m.features.ragged,
-        splits=list(m.split.fractions), fractions=list(m.split.fractions.values()),
-        split_key=m.split.key, seed=m.split.seed, cache=str(cache)) for c, k in zip(chunks, keys)]
-
-
-def _compute(pool: Pool, todo: list[worker.ChunkTask], show: bool) -> list[dict[str, Any]]:
-    """Process the uncached chunks; the first failure stops everything with file/chunk/reason."""
-    results = []
-    with progress(show) as bar:
-        tid = bar.add_task("preprocess", total=sum(t.stop - t.start for t in todo), unit="events")
-        for res in pool.run(worker.process, todo):
-            if "error" in res:
-                raise PrepareError(f"{res['source']}: chunk {res['chunk']} (events "
-                                   f"{res['start']}-{res['stop']}): {res['error']}",
-                                   hint="fix it and re-run; finished chunks stay cached")
-            results.append(res)
-            bar.update(tid, advance=res["events"])
-    return results
 
 
 def run_prepare(spec_path: str | Path, *, jobs: int = 0, dataset: str | None = None,
@@ -156,32 +126,9 @@ def _plan_and_build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], cach
     if not force and output.unchanged(previous, spec.out_dir, keys, output.shard_settings(spec)):
         result.up_to_date, result.manifest = True, previous or {}
     else:
-        _build(spec, pool, files, chunks, keys, ident, cache, previous, force, show, result)
+        from gridml.prepare.build import build  # heavy imports only when there is work
+
+        build(spec, pool, files, chunks, keys, ident, cache, previous, force, show, result)
     return result
 
 
-def _build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], chunks: list[inp.Chunk],
-           keys: list[str], ident: list[str], cache: Path, previous: dict[str, Any] | None,
-           force: bool, show: bool, result: PrepareResult) -> None:
-    tasks = _tasks(spec, files, chunks, keys, _read_branches(spec), cache, ident[0])
-    summaries = {} if force else {k: s for k in keys if (s := worker.read_summary(cache, k))}
-    todo = [t for t in tasks if t.key not in summaries]
-    if todo or len(keys) > 1:
-        pool.start()
-    t0 = time.perf_counter()
-    for res in _compute(pool, todo, show):
-        summaries[res["key"]] = res
-    result.timings["chunks"] = time.perf_counter() - t0
-    result.chunks_computed = len(todo)
-    result.events_computed = sum(t.stop - t.start for t in todo)
-    by_file: list[list[dict[str, Any]]] = [[] for _ in files]
-    for c, k in zip(chunks, keys):
-        by_file[c.file].append(summaries[k])
-    staging = spec.out_dir / ".partial"
-    try:
-        result.manifest, result.shards_written = output.write_all(
-            spec, pool, files, by_file, keys, ident, cache, previous, staging, show,
-            reuse=not force)
-        result.timings["shards"] = time.perf_counter() - t0 - result.timings["chunks"]
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
