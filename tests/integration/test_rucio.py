@@ -64,8 +64,8 @@ def test_upload_lands_on_the_rse_with_a_rule_and_usage(rucio_store: RucioStore,
     assert usage[0]["bytes"] >= 3 * 20_000 and usage[0]["files"] >= 3
 
 
-def test_new_dataset_rule_gets_the_lifetime_setting(rucio_env: RucioServer, tmp_path: Path, uid: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_new_dataset_rule_gets_the_lifetime_setting(
+        rucio_env: RucioServer, tmp_path: Path, uid: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("GRIDML_RUCIO_LIFETIME", "86400")
     from gridml.data import open_data_manager
