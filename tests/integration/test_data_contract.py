@@ -190,7 +190,8 @@ def test_errors_are_gridml_errors_with_hints(dm: DataManager, uid: str) -> None:
     assert err.value.hint and parse_did(_ds(dm, f"{uid}.nothing"))
 
 
-def test_collections_refuse_a_name_of_another_type(dm: DataManager, tmp_path: Path, uid: str) -> None:
+def test_collections_refuse_a_name_of_another_type(dm: DataManager, tmp_path: Path,
+                                                  uid: str) -> None:
     (a, _) = _write(tmp_path, f"{uid}.f", 10)
     dm.upload([a], _ds(dm, f"{uid}.ds"))
     with pytest.raises(DataError, match="already exists as a file, not a dataset"):
