@@ -31,6 +31,9 @@ log() { printf '[rucio-server] %s\n' "$*" >&2; }
 
 install() {
   [ -f "$venv/.complete" ] && return 0
+  mkdir -p "$(dirname "$venv")"
+  exec 9>"$venv.lock"; flock 9   # two test runs at once: one builds, the other waits for it
+  [ -f "$venv/.complete" ] && { flock -u 9; return 0; }
   local tmp="$venv.building.$$"
   log "installing rucio==$RUCIO_VERSION server into $venv (first time: ~1 min)"
   rm -rf "$tmp"; mkdir -p "$(dirname "$venv")"
@@ -43,6 +46,7 @@ install() {
   sed -i "s#$tmp#$venv#g" "$tmp/pyvenv.cfg"
   touch "$tmp/.complete"
   rm -rf "$venv"; mv "$tmp" "$venv"
+  flock -u 9
 }
 
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
