@@ -5,7 +5,9 @@ Runs ``horovodrun -np N --gloo python -m payloads.train_keras trial.json`` for e
 wide MLP (examples/models/mlp.py with --units/--layers), a fixed per-rank batch, and the cores
 given as N (one core per rank). Throughput is the training samples/s the payload reports per
 epoch (all ranks together), averaged over the epochs after the first (which traces the graph).
-Prints throughput, speedup, parallel efficiency and input-wait fraction per N, side by side.
+Prints throughput, speedup, parallel efficiency and input-wait fraction per N, side by side;
+and, because a shared machine lends each rank only part of a core, the same per CPU-second
+the ranks actually got (``CPU efficiency``: the cost of going parallel, free of the load).
 Goal on this 2-core machine: >= 85% efficiency at 2 ranks.
 
 The functions ``run_trial``, ``summarize`` and ``plot`` are what ``gridml scale`` needs:
@@ -64,13 +66,19 @@ def summarize(reports: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     for n in sorted(reports):
         steady = reports[n][1:] or reports[n]
         thr = sum(r["samples_per_s"] for r in steady) / len(steady)
-        rows.append({"ranks": n, "samples_per_s": thr,
+        cpu = sum(sum(r["extra"].get("cpu_s_per_rank", [0])) for r in steady)
+        per_cpu = sum(r["extra"]["train_samples"] for r in steady) / cpu if cpu else None
+        rows.append({"ranks": n, "samples_per_s": thr, "samples_per_cpu_s": per_cpu,
+                     "cpu_util": sum(r["extra"].get("cpu_util", 0) for r in steady) / len(steady),
                      "epoch_time": sum(r["epoch_time"] for r in steady) / len(steady),
                      "input_wait_frac": max(r["input_wait_frac"] for r in steady)})
     base = rows[0]
     for r in rows:
         r["speedup"] = r["samples_per_s"] / base["samples_per_s"]
         r["efficiency"] = r["speedup"] / (r["ranks"] / base["ranks"])
+        # the same, per CPU-second used: free of what other processes take from a shared machine
+        r["cpu_efficiency"] = (r["samples_per_cpu_s"] / base["samples_per_cpu_s"]
+                               if r["samples_per_cpu_s"] and base["samples_per_cpu_s"] else None)
     return rows
 
 
@@ -136,12 +144,13 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nwide MLP ({a.units} units x {a.layers} layers), {a.rows:,} rows, batch {a.batch} per "
           f"rank, 1 core per rank, load average before/after: {os.getloadavg()[0]:.1f}")
-    print("| ranks | samples/s | speedup | efficiency | input wait | epoch time |\n"
-          "|---|---|---|---|---|---|")
+    print("| ranks | samples/s | speedup | efficiency | samples per CPU-s | CPU efficiency "
+          "| CPU use per rank | input wait | epoch time |\n|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['ranks']} | {r['samples_per_s']:,.0f} | {r['speedup']:.2f}x | "
-              f"{100 * r['efficiency']:.0f}% | {100 * r['input_wait_frac']:.1f}% | "
-              f"{r['epoch_time']:.2f} s |")
+              f"{100 * r['efficiency']:.0f}% | {r['samples_per_cpu_s'] or 0:,.0f} | "
+              f"{100 * (r['cpu_efficiency'] or 0):.0f}% | {100 * r['cpu_util']:.0f}% | "
+              f"{100 * r['input_wait_frac']:.1f}% | {r['epoch_time']:.2f} s |")
     return 0
 
 

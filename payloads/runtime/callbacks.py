@@ -34,7 +34,7 @@ class EpochProfiler(keras.callbacks.Callback):
         return sum(ld.wait_s for ld in self.loaders)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._t0 = time.perf_counter()
+        self._t0, self._cpu0 = time.perf_counter(), time.process_time()
         self._t_train: float | None = None
         self._w0 = self._wait()
 
@@ -47,7 +47,8 @@ class EpochProfiler(keras.callbacks.Callback):
         now = time.perf_counter()
         train_end = self._t_train if self._t_train is not None else now
         mine = profile.rank_profile(now - self._t0, train_end - self._t0,
-                                    self._wait() - self._w0, 0)
+                                    self._wait() - self._w0, 0,
+                                    time.process_time() - self._cpu0)
         self.last = profile.combine(self.gather(mine), self.samples())
 
 

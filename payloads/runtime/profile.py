@@ -38,11 +38,16 @@ def combine(per_rank: list[dict[str, Any]], batch_global_samples: int) -> dict[s
             "wait_s_per_rank": [round(p["wait_s"], 4) for p in per_rank],
             "peak_rss_mb_total": round(sum(p["peak_rss_mb"] for p in per_rank), 1),
             "threads_total": sum(p["threads"] for p in per_rank),
+            "cpu_s_per_rank": [round(p["cpu_s"], 3) for p in per_rank],
+            "cpu_util": round(sum(p["cpu_s"] for p in per_rank)
+                              / max(1e-9, sum(p["epoch_time"] for p in per_rank)), 3),
         },
     }
 
 
-def rank_profile(epoch_time: float, train_time: float, wait_s: float, samples: int) -> dict:
-    return {"epoch_time": epoch_time, "train_time": train_time,
+def rank_profile(epoch_time: float, train_time: float, wait_s: float, samples: int,
+                 cpu_s: float = 0.0) -> dict:
+    """This rank's epoch; ``cpu_s``: CPU seconds its threads used (all cores) in the epoch."""
+    return {"epoch_time": epoch_time, "train_time": train_time, "cpu_s": cpu_s,
             "val_time": max(0.0, epoch_time - train_time), "wait_s": wait_s,
             "samples": samples, "peak_rss_mb": peak_rss_mb(), "threads": thread_count()}
