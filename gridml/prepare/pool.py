@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -33,6 +35,25 @@ def _pid(_: int) -> int:
     return os.getpid()
 
 
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: exit when the parent dies, even by SIGKILL (no orphans left behind)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):  # not Linux: watch the parent from a thread instead
+        import threading
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent:  # it died before the line above took effect
+        os._exit(1)
+
+
 class Pool:
     """``jobs`` worker processes (none when jobs == 1), kept for both stages of a run."""
 
@@ -51,7 +72,9 @@ class Pool:
         """Fork the workers now (call before any thread, e.g. the progress display, starts)."""
         if self.jobs > 1 and self._ex is None:
             ctx = multiprocessing.get_context("fork")
-            self._ex = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx)
+            self._ex = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx,
+                                           initializer=_die_with_parent,
+                                           initargs=(os.getpid(),))
             list(self._ex.map(_pid, range(self.jobs)))  # all workers up
 
     def run(self, fn: Callable[[Task], Result], tasks: Sequence[Task]) -> Iterator[Result]:

@@ -289,3 +289,27 @@ def test_a_worker_killed_mid_chunk_is_named(ws: Path) -> None:
     assert str(info.value).startswith("a worker process died while working on ")
     assert f"{ws / 'data' / 'ntuple_2.root'}: chunk 0 (events 0-1000)" in str(info.value)
     assert not list((ws / "out").glob("*.h5"))
+
+
+def test_no_orphan_workers_when_the_parent_is_killed(ws: Path) -> None:
+    import signal
+    import time
+
+    (ws / "slow.py").write_text("import time\n\ndef process(events, params):\n"
+                                "    time.sleep(60)\n")
+    _spec(ws, **{"module: preprocess.py": "module: slow.py"})
+    gridml = str(Path(sys.executable).parent / "gridml")
+    proc = subprocess.Popen([gridml, "prepare", str(ws / "prep.yaml"), "-j", "2", "-q"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, workers = time.monotonic() + 60, []
+        while len(workers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(workers) == 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    time.sleep(2)
+    assert not [w for w in workers if Path(f"/proc/{w}").exists()
+                and "Z" not in Path(f"/proc/{w}/stat").read_text().split()[2]]
