@@ -80,6 +80,9 @@ class EpochReporter(keras.callbacks.Callback):
     def _report(self, epoch: int, logs: dict[str, Any]) -> None:
         prof = dict(self.profiler.last)
         prof["extra"] = {**prof.get("extra", {}), **self.extra()}
+        reason = profile.input_bound_reason(prof, prof["extra"].get("cache"))
+        if reason:
+            prof["extra"]["input_bound"] = reason
         report = {"epoch": epoch, "metrics": {k: _number(v) for k, v in logs.items()}, **prof}
         self.reports.append(report)
         if self.reporter is not None:

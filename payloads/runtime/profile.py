@@ -45,6 +45,25 @@ def combine(per_rank: list[dict[str, Any]], batch_global_samples: int) -> dict[s
     }
 
 
+INPUT_BOUND = 0.2  # input-wait fraction above which an epoch is called input-bound
+
+
+def input_bound_reason(report: dict[str, Any], cache: dict[str, Any] | None) -> str | None:
+    """Why an epoch waited for input, and what to change; None when it did not (<= 20%)."""
+    frac = report.get("input_wait_frac") or 0.0
+    if frac <= INPUT_BOUND:
+        return None
+    waits = report.get("extra", {}).get("wait_s_per_rank", [])
+    worst = max(range(len(waits)), key=waits.__getitem__) if waits else 0
+    text = f"rank {worst} waited {100 * frac:.0f}% of the epoch for its next batch"
+    if cache and cache.get("hit_rate") is not None and cache["hit_rate"] < 0.9:
+        return (text + f"; RAM cache hit rate {cache['hit_rate']:.0%} with {cache['used_mb']} of "
+                f"{cache['budget_mb']} MB used: raise training.cache_budget_mb, or store the "
+                "files uncompressed or with a faster filter (lzf) if they are gzip")
+    return text + ("; all reads hit the RAM cache, so the per-batch cost is in the pipeline: "
+                   "raise training.batch_size or training.prefetch_batches")
+
+
 def rank_profile(epoch_time: float, train_time: float, wait_s: float, samples: int,
                  cpu_s: float = 0.0) -> dict:
     """This rank's epoch; ``cpu_s``: CPU seconds its threads used (all cores) in the epoch."""

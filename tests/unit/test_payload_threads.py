@@ -79,3 +79,18 @@ def test_precision_policy() -> None:
     assert gpu.precision_policy(True, "CPU") == "float32"
     assert gpu.precision_policy(False, "GPU:0") == "float32"
     assert gpu.precision_policy("mixed_bfloat16", "CPU") == "mixed_bfloat16"
+
+
+def test_input_bound_reason_names_the_rank_and_the_fix() -> None:
+    from payloads.runtime.profile import combine, input_bound_reason, rank_profile
+
+    fast = rank_profile(10.0, 9.0, 0.1, 0, cpu_s=9.5)
+    slow = rank_profile(10.0, 9.0, 4.0, 0, cpu_s=5.0)
+    report = combine([fast, slow], 1000)
+    assert report["input_wait_frac"] == 0.4 and report["samples_per_s"] == pytest.approx(111.1)
+    assert report["extra"]["wait_s_per_rank"] == [0.1, 4.0]
+    cache = {"hit_rate": 0.25, "used_mb": 1024.0, "budget_mb": 1024.0}
+    reason = input_bound_reason(report, cache)
+    assert reason is not None and reason.startswith("rank 1 waited 40%")
+    assert "cache_budget_mb" in reason
+    assert input_bound_reason(combine([fast, fast], 1000), cache) is None
