@@ -41,7 +41,7 @@ def _model(x_sample):  # -> keras.Model
 
     build = load_build_model(ROOT / "examples/models/mlp.py")
     m = build({"units": 64, "dropout": 0.1, "activation": "relu", "n_layers": 2}, (10,))
-    adapt_normalization(m, x_sample)
+    adapt_normalization(m, [x_sample])
     m.compile(optimizer=keras.optimizers.legacy.Adam(1e-3), loss="binary_crossentropy")
     return m
 

@@ -6,7 +6,10 @@ heavier and busier. The distributions overlap on purpose (resolution smearing, 3
 look like jets, narrow quark jets), so a good classifier reaches an AUC of about 0.9, not 1.
 
 Files are chunked (4096 rows), gzip-compressed HDF5 with datasets ``x`` (N, F) float32 and
-``y`` (N,) float32, and the feature names in ``x.attrs["features"]``.
+``y`` (N,) float32, and the feature names in ``x.attrs["features"]``. With ``ragged=True`` each
+jet also gets its tracks, a variable-length collection stored as ``gridml prepare`` stores one:
+``tracks_values`` (M, 2) float32 (pT fraction, distance to the jet axis; all jets' tracks one
+after the other) and ``tracks_lengths`` (N,) int32 (= the n_tracks feature).
 
     python examples/make_sample_data.py --out data/ --n-train 60000 --n-val 15000 --files 3
 """
@@ -70,10 +73,28 @@ def make_events(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarra
     return x[order], y[order]
 
 
-def write_h5(path: Path, x: np.ndarray, y: np.ndarray, chunk_rows: int = CHUNK_ROWS) -> Path:
-    """Write one chunked, gzip-compressed file with datasets ``x`` and ``y``."""
+def make_tracks(rng: np.random.Generator, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each jet's tracks: pT fractions led by lead_track_frac, distances set by jet_width."""
+    n = x[:, FEATURES.index("n_tracks")].astype(np.int32)
+    lead = np.repeat(x[:, FEATURES.index("lead_track_frac")], n)
+    width = np.repeat(x[:, FEATURES.index("jet_width")], n)
+    first = np.zeros(int(n.sum()), bool)
+    first[np.concatenate([[0], np.cumsum(n)[:-1]])] = True
+    frac = np.where(first, lead, (1 - lead) * rng.beta(1.0, 3.0, len(lead)))
+    dr = np.abs(rng.normal(0.0, width + 0.01))
+    return np.stack([frac, dr], 1).astype(np.float32), n
+
+
+def write_h5(path: Path, x: np.ndarray, y: np.ndarray, chunk_rows: int = CHUNK_ROWS,
+             tracks: tuple[np.ndarray, np.ndarray] | None = None) -> Path:
+    """Write one chunked, gzip-compressed file with datasets ``x``, ``y`` (and the tracks)."""
     rows = max(1, min(chunk_rows, len(x)))
     with h5py.File(path, "w") as f:
+        if tracks is not None:
+            values, lengths = tracks
+            f.create_dataset("tracks_values", data=values, chunks=(max(1, min(4 * rows,
+                             len(values))), 2), compression="gzip", compression_opts=4)
+            f.create_dataset("tracks_lengths", data=lengths, chunks=(rows,), compression="gzip")
         dx = f.create_dataset("x", data=x, chunks=(rows, x.shape[1]), compression="gzip",
                               compression_opts=4, shuffle=True)
         dx.attrs["features"] = np.array(FEATURES, dtype=h5py.string_dtype())
@@ -84,21 +105,25 @@ def write_h5(path: Path, x: np.ndarray, y: np.ndarray, chunk_rows: int = CHUNK_R
 
 
 def _write_split(out_dir: Path, prefix: str, rng: np.random.Generator, n: int,
-                 n_files: int) -> list[Path]:
+                 n_files: int, ragged: bool) -> list[Path]:
     x, y = make_events(rng, n)
     bounds = np.linspace(0, n, n_files + 1).astype(int)
-    return [write_h5(out_dir / f"{prefix}_{i:03d}.h5", x[a:b], y[a:b])
-            for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])) if b > a]
+    out = []
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if b > a:
+            tracks = make_tracks(rng, x[a:b]) if ragged else None
+            out.append(write_h5(out_dir / f"{prefix}_{i:03d}.h5", x[a:b], y[a:b], tracks=tracks))
+    return out
 
 
 def make_sample_data(out_dir: Path, n_train: int = 60000, n_val: int = 15000, n_files: int = 3,
-                     seed: int = 1) -> tuple[list[Path], list[Path]]:
+                     seed: int = 1, ragged: bool = False) -> tuple[list[Path], list[Path]]:
     """Write ``n_files`` training and ``n_files`` validation files; returns both path lists."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    train = _write_split(out_dir, "train", rng, n_train, n_files)
-    val = _write_split(out_dir, "val", rng, n_val, n_files)
+    train = _write_split(out_dir, "train", rng, n_train, n_files, ragged)
+    val = _write_split(out_dir, "val", rng, n_val, n_files, ragged)
     return train, val
 
 
@@ -109,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-val", type=int, default=15000)
     p.add_argument("--files", type=int, default=3, help="files per split")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--ragged", action="store_true", help="also write each jet's tracks")
     a = p.parse_args(argv)
-    train, val = make_sample_data(a.out, a.n_train, a.n_val, a.files, a.seed)
+    train, val = make_sample_data(a.out, a.n_train, a.n_val, a.files, a.seed, a.ragged)
     for path in train + val:
         print(path)
     return 0

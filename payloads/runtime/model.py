@@ -40,18 +40,22 @@ def build(path: Path, hparams: dict[str, Any], input_shape: Any) -> Any:
     return model
 
 
-def adapt_normalization(model: Any, sample: Any) -> int:
-    """Adapt every not-yet-adapted Normalization layer fed directly by the model's input.
+def adapt_normalization(model: Any, samples: list[Any]) -> int:
+    """Adapt every not-yet-adapted Normalization layer fed directly by a model input.
 
-    The sample is the same first rows of the training files on every rank, so all ranks get
-    identical statistics without communicating. Returns how many layers were adapted.
+    ``samples[i]`` holds rows of the data for ``model.inputs[i]`` (None: a ragged input,
+    skipped). They are the first rows of the training files, the same on every rank, so all
+    ranks get identical statistics without communicating. Returns how many were adapted.
     """
     from tensorflow import keras
 
     n = 0
     for layer in model.layers:
-        if isinstance(layer, keras.layers.Normalization) and not layer.is_adapted:
-            layer.adapt(np.asarray(sample, dtype=np.float32), batch_size=4096)
+        if not isinstance(layer, keras.layers.Normalization) or layer.is_adapted:
+            continue
+        fed_by = [i for i, t in enumerate(model.inputs) if t is layer.input]
+        if fed_by and fed_by[0] < len(samples) and samples[fed_by[0]] is not None:
+            layer.adapt(np.asarray(samples[fed_by[0]], dtype=np.float32), batch_size=4096)
             n += 1
     return n
 

@@ -84,9 +84,10 @@ def _input_shape(loader: inputs.ShardedLoader, feats: list[str]) -> Any:
 def build_model(cfg: TrialConfig, data: Data, hvd: Any) -> Any:
     feats, t = _features(cfg), cfg.training
     m = user_model.build(cfg.model_file, cfg.hparams, _input_shape(data.train, feats))
-    head = data.train.src.head(int(t["adapt_samples"])) if len(feats) == 1 else {}
-    if feats[0] in head and user_model.adapt_normalization(m, head[feats[0]]):
-        log.info("adapted normalisation on the first %d training rows", len(head[feats[0]]))
+    head = data.train.src.head(int(t["adapt_samples"]))
+    if user_model.adapt_normalization(m, [head.get(f) for f in feats]):
+        log.info("adapted normalisation on the first %d training rows",
+                 len(head[data.train.labels]))
     lr = user_model.scaled_lr(cfg.learning_rate, hvd.size(), str(t["lr_scaling"]))
     opt = hvd.DistributedOptimizer(user_model.optimizer(str(t["optimizer"]), lr))
     m.compile(optimizer=opt, loss=t["loss"],

@@ -30,10 +30,10 @@ def test_model_file_errors_name_the_file(tmp_path: Path) -> None:
 def test_normalization_adapted_from_the_sample() -> None:
     m = user_model.build(MLP, {"units": 8}, (3,))
     x = np.random.default_rng(0).normal([100.0, 0.0, -5.0], [30.0, 1.0, 0.1], (5000, 3))
-    assert user_model.adapt_normalization(m, x) == 1
+    assert user_model.adapt_normalization(m, [x]) == 1
     z = m.get_layer("normalize")(x.astype(np.float32)).numpy()
     assert np.allclose(z.mean(0), 0, atol=0.05) and np.allclose(z.std(0), 1, atol=0.05)
-    assert user_model.adapt_normalization(m, x) == 0  # already adapted: left alone
+    assert user_model.adapt_normalization(m, [x]) == 0  # already adapted: left alone
 
 
 def test_optimizer_learning_rate_and_metrics() -> None:
