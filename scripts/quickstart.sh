@@ -5,6 +5,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 bash scripts/setup.sh
 export PATH="$here/.venv/bin:$PATH"
+# The environment is shared by every clone; its editable install points at the clone that ran
+# setup last. PYTHONPATH makes this clone's code win, in this process and every child.
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 data="${GRIDML_HOME:-$HOME/.gridml}/sample-data"
 if ! gridml data ls user.demo:quickstart.train >/dev/null 2>&1; then
   echo "[quickstart] making the sample data in $data"

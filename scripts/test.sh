@@ -7,4 +7,7 @@ cd "$here"
 bash scripts/setup.sh
 bash scripts/system-deps.sh
 export PATH="$here/.venv/bin:$PATH"
-exec python -m pytest -p no:cacheprovider --timeout=1200 "${@:-tests}"
+# The environment is shared by every clone; its editable install points at the clone that ran
+# setup last. PYTHONPATH makes this clone's code win, in this process and every child.
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+exec python -m pytest -p no:cacheprovider --timeout=1200 --durations=25 "${@:-tests}"
