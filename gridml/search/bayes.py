@@ -3,8 +3,9 @@
 scikit-optimize's ``Optimizer.ask(n_points)`` refits the GP's kernel hyperparameters and reruns
 the whole acquisition search once per point of a batch. Here one batch costs one fit:
 
-1. the first ``n_initial_points`` positions of a study (default: parameters + 2, within [5, 10])
-   are a scrambled Sobol design (seeded);
+1. the first ``n_initial_points`` positions of a study (default: the GP's input width, one per
+   real or int parameter and one per categorical choice, + 2, within [5, 10]) are a scrambled
+   Sobol design (seeded);
 2. then the kernel (skopt's Matern 5/2 GP model, see ``gp.py``) is fitted once on the finite
    observations, BLAS kept to one thread (small matrices on a shared machine);
 3. each point of the batch optimises its acquisition (lower confidence bound with a ``kappa``
@@ -56,9 +57,11 @@ class BayesSearcher(BaseSearcher):
 
     @property
     def n_initial(self) -> int:
-        """``n_initial_points``; by default the number of parameters + 2, within [5, 10]."""
+        """``n_initial_points``; by default the GP's input width + 2, within [5, 10]."""
+        from gridml.search.features import Encoder
+
         given = self.options["n_initial_points"]
-        return int(given) if given is not None else min(10, max(5, self.space.dims + 2))
+        return int(given) if given is not None else min(10, max(5, Encoder(self.space).width + 2))
 
     def _kappa(self, position: int) -> float | None:
         if self.options["acquisition"] == "ei":
@@ -67,11 +70,10 @@ class BayesSearcher(BaseSearcher):
         return float(kappas[position % len(kappas)])
 
     def _batch(self, k: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
-        from threadpoolctl import threadpool_limits
-
         from gridml.search.acquisition import Batch
+        from gridml.search.gp import one_blas_thread
 
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_blas_thread():
             points, y = self.observations()
             batch = Batch(self.space, points, y, self.rng(pending, salt=1), self.options)
             batch.pretend(pending)

@@ -13,6 +13,7 @@ constant-liar values of a batch): one Cholesky per added point instead of a hype
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 from scipy.linalg import cho_solve, cholesky, lapack, solve_triangular
 from scipy.optimize import minimize
 from scipy.stats import norm
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 JITTER = 1e-8
 AMP_BOUNDS = (0.01, 1000.0)  # skopt's ConstantKernel bounds
@@ -28,6 +29,16 @@ SCALE_BOUNDS = (0.01, 100.0)  # skopt's Matern length-scale bounds
 NOISE_BOUNDS = (1e-5, 1e5)  # sklearn's WhiteKernel default bounds
 SQRT5 = np.sqrt(5.0)
 PRIOR_SHAPE, PRIOR_RATE = 3.0, 6.0  # length scales ~ Gamma(3, 6): mean 0.5 of the unit range
+
+
+@functools.lru_cache(maxsize=1)
+def _controller() -> ThreadpoolController:
+    return ThreadpoolController()  # scans the loaded libraries once, not at every limit
+
+
+def one_blas_thread() -> Any:
+    """A context in which BLAS runs on one thread."""
+    return _controller().limit(limits=1, user_api="blas")
 
 
 @dataclass
@@ -51,7 +62,7 @@ def fit_kernel(feats: np.ndarray, y: np.ndarray, seed: int, restarts: int,
     diff2 = ((feats.T[:, :, None] - feats.T[:, None, :]) ** 2).reshape(d, n * n)  # once
     bounds = np.log([AMP_BOUNDS] + [SCALE_BOUNDS] * d + [NOISE_BOUNDS])
     starts = [np.zeros(d + 2)] + [rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(restarts)]
-    with threadpool_limits(limits=1, user_api="blas"):  # small matrices: threads only contend
+    with one_blas_thread():  # small matrices: threads only contend
         best = min((_optimise(theta, diff2, z, bounds) for theta in starts), key=lambda r: r[1])
     return _as_kernel(np.exp(best[0]))
 
