@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from gridml.errors import ConflictError, GridmlError, NotFoundError, StoreError
 from gridml.server.db import convert, epochs_sql
 from gridml.server.db.convert import utcnow
-from gridml.server.db.engine import make_engine, migrate, writer
+from gridml.server.db.engine import WriteLock, make_engine, migrate, writer
 from gridml.server.db.models import EpochRow, OutputRow, StudyRow, TokenRow, TrialRow
 from gridml.store import FINISHED_STATES, TRIAL_STATES, EpochReport, Study, Trial
 
@@ -41,6 +41,7 @@ class SqlStore:
         self.url = url
         self.engine = make_engine(url)
         self._writer = writer(self.engine)
+        self._lock = WriteLock(self.engine)
         self._known_trials: set[int] = set()  # ids known to exist (for the epoch hot path)
 
     # -- sessions ------------------------------------------------------------------------------
@@ -51,7 +52,8 @@ class SqlStore:
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
-        with Session(self._writer, expire_on_commit=False) as session, session.begin():
+        with self._lock, Session(self._writer, expire_on_commit=False) as session, \
+                session.begin():
             yield session
 
     def close(self) -> None:
@@ -250,10 +252,10 @@ class SqlStore:
             body = convert.canonical_epoch(report)
             prepared.append((trial_id, report.epoch, body, convert.body_hash(body)))
         try:
-            with self._writer.begin() as conn:
+            with self._lock, self._writer.begin() as conn:
                 return epochs_sql.record_many(conn, prepared, utcnow(), self._known_trials)
         except IntegrityError:  # PostgreSQL: another worker stored one of these first; redo
-            with self._writer.begin() as conn:
+            with self._lock, self._writer.begin() as conn:
                 return epochs_sql.record_many(conn, prepared, utcnow(), self._known_trials)
 
     def list_epochs(self, trial_id: int) -> list[EpochReport]:
