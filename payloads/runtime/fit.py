@@ -35,6 +35,18 @@ def _resume(cfg: TrialConfig, model: Any, hvd: Any, reporter: Any) -> int:
     return done
 
 
+def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> tuple[Any, Any]:
+    """tf.data over the training epochs still to run, and over one validation pass."""
+    from payloads.runtime.inputs import tf_dataset
+
+    opts = threads.dataset_options(plan)
+    if data.val is not None and data.val.steps_per_epoch == 0:
+        log.warning("data.validation has fewer rows than ranks: no validation metrics")
+        data.val = None
+    val_ds = tf_dataset(data.val, None, opts) if data.val is not None else None
+    return tf_dataset(data.train, range(start, epochs), opts), val_ds
+
+
 def fit_and_finish(cfg: TrialConfig, plan: threads.ThreadPlan, data: Any, hvd: Any,
                    device: str, policy: str) -> int:
     from payloads.runtime.session import build_model, make_reporter
@@ -45,12 +57,8 @@ def fit_and_finish(cfg: TrialConfig, plan: threads.ThreadPlan, data: Any, hvd: A
         hvd.rank() == 0 and cfg.training.get("checkpoint", True)) else None
     start = _resume(cfg, model, hvd, reporter)
     epochs = int(cfg.training["epochs"])
+    train_ds, val_ds = _datasets(data, plan, start, epochs)
     cb = _callbacks(cfg, data, hvd, reporter, ckpt)
-    from payloads.runtime.inputs import tf_dataset
-
-    opts = threads.dataset_options(plan)
-    train_ds = tf_dataset(data.train, range(start, epochs), opts)
-    val_ds = tf_dataset(data.val, None, opts) if data.val is not None else None
     if start < epochs:
         model.fit(train_ds, epochs=epochs, initial_epoch=start,
                   steps_per_epoch=data.train.steps_per_epoch, validation_data=val_ds,
