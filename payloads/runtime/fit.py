@@ -25,13 +25,18 @@ def _callbacks(cfg: TrialConfig, data: Any, hvd: Any, reporter: Any, ckpt: Any) 
 
 
 def _resume(cfg: TrialConfig, model: Any, hvd: Any, reporter: Any) -> int:
-    """Restore the newest checkpoint on every rank; returns the number of epochs already done."""
-    if not cfg.training.get("checkpoint", True):
-        return 0
-    done = Checkpointer(cfg.output_dir / "checkpoint").restore(model)
-    if done and hvd.rank() == 0:
+    """Restore the newest checkpoint on every rank; returns the number of epochs already done.
+
+    Rank 0 also clears what an earlier attempt left behind: its result.json, and the spooled
+    reports of epochs that will run again (all of them when there is no checkpoint)."""
+    done = 0
+    if cfg.training.get("checkpoint", True):
+        done = Checkpointer(cfg.output_dir / "checkpoint").restore(model)
+    if hvd.rank() == 0:
+        (cfg.output_dir / "result.json").unlink(missing_ok=True)
         reporter.spool.truncate_after(done)
-        log.info("resuming after epoch %d from %s", done, cfg.output_dir / "checkpoint")
+        if done:
+            log.info("resuming after epoch %d from %s", done, cfg.output_dir / "checkpoint")
     return done
 
 
