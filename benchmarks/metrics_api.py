@@ -123,7 +123,8 @@ def run_load(plan: dict[str, Any], workdir: Path, server_pid: int) -> dict[str, 
     plan_file.write_text(json.dumps(plan))
     before = _cpu_seconds(server_pid)
     done = subprocess.run([sys.executable, __file__, "--generate", str(plan_file)],
-                          capture_output=True, text=True, timeout=plan["seconds"] + 120)
+                          capture_output=True, text=True, timeout=plan["seconds"] + 120,
+                          check=False)
     if done.returncode != 0:
         raise RuntimeError(f"load generator failed: {done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -220,11 +221,12 @@ def bench_mlflow(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
     mlflow = ensure_mlflow()
     port = free_port()
-    log = open(workdir / "mlflow.log", "wb")
-    proc = subprocess.Popen([str(mlflow), "server", "--backend-store-uri",
-                             f"sqlite:///{workdir / 'mlflow.db'}", "--default-artifact-root",
-                             str(workdir / "mlruns"), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(workdir / "mlflow.log", "wb") as log:  # the server keeps its own copy
+        proc = subprocess.Popen([str(mlflow), "server", "--backend-store-uri",
+                                 f"sqlite:///{workdir / 'mlflow.db'}", "--default-artifact-root",
+                                 str(workdir / "mlruns"), "--host", "127.0.0.1", "--port",
+                                 str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_http(f"{url}/health", proc, 300, workdir / "mlflow.log")
@@ -263,7 +265,7 @@ def _settle(http: Any, run_id: str) -> None:
         try:
             ok = ok + 1 if http.post("/api/2.0/mlflow/runs/log-batch", json=body,
                                      timeout=30).status_code == 200 else 0
-        except Exception:  # connection refused while a worker boots
+        except Exception:  # noqa: BLE001 - connection refused while a worker boots
             ok = 0
             time.sleep(1)
 
@@ -287,9 +289,10 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Pat
 
 # ---------------------------------------------------------------------------------------------
 def table(rows: list[dict[str, Any]], peer: float | None) -> str:
-    lines = [f"{'target':<38} {'reports/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} "
-             f"{'server CPU':>11} {'vs MLflow':>9}", f"{'':<38} {'':>9} {'':>7} {'':>7} {'':>6} "
-             f"{'ms/report':>11} {'(rate)':>9}", "-" * 94]
+    header = (f"{'target':<38} {'reports/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} "
+              f"{'server CPU':>11} {'vs MLflow':>9}")
+    units = f"{'':<38} {'':>9} {'':>7} {'':>7} {'':>6} {'ms/report':>11} {'(rate)':>9}"
+    lines = [header, units, "-" * 94]
     for r in rows:
         ratio = f"{r['rate'] / peer:.1f}x" if peer else "-"
         lines.append(f"{r['target']:<38} {r['rate']:>9.0f} {r['p50_ms']:>7.1f} "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Self
 
 from gridml.errors import ConflictError, GridmlError, NotFoundError, SpecError, StoreError
 from gridml.store import EpochReport
@@ -33,7 +33,7 @@ class ApiClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "ApiClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -15,8 +15,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from gridml.errors import (ConflictError, GridmlError, NotFoundError, SearchError, SpecError,
-                           StoreError)
+from gridml.errors import (
+    ConflictError,
+    GridmlError,
+    NotFoundError,
+    SearchError,
+    SpecError,
+    StoreError,
+)
 from gridml.server.db import SqlStore
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"

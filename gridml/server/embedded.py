@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 from gridml.errors import StoreError
 
@@ -75,7 +75,7 @@ class EmbeddedServer:
             self._store.close()
         self._server = self._thread = self._store = None
 
-    def __enter__(self) -> "EmbeddedServer":
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 from gridml.errors import StoreError
 
@@ -39,13 +40,13 @@ class ServerProcess:
         self.open_reads = open_reads
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 60.0) -> "ServerProcess":
+    def start(self, timeout: float = 60.0) -> Self:
         args = [sys.executable, "-c", SERVE, "--port", str(self.port), "--db", self.db_url,
                 "--workers", str(self.workers),
                 "--open-reads" if self.open_reads else "--closed-reads"]
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True, env=os.environ.copy())
+        with open(self.log or os.devnull, "ab") as out:  # the child keeps its own copy
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, env=os.environ.copy())
         self._wait(timeout)
         return self
 
@@ -87,7 +88,7 @@ class ServerProcess:
             pass
         self.proc = None
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -34,7 +34,7 @@ class StudyOut(BaseModel):
     spec: dict[str, Any]
 
     @classmethod
-    def of(cls, study: Study) -> "StudyOut":
+    def of(cls, study: Study) -> StudyOut:
         return cls(id=study.id, name=study.name, state=study.state, spec_hash=study.spec_hash,
                    created=study.created, spec=study.spec)
 
@@ -62,7 +62,7 @@ class TrialOut(BaseModel):
     outputs: list[dict[str, Any]]
 
     @classmethod
-    def of(cls, trial: Trial) -> "TrialOut":
+    def of(cls, trial: Trial) -> TrialOut:
         data = {k: getattr(trial, k) for k in cls.model_fields}
         return cls(**data)
 

@@ -25,9 +25,10 @@ def postgres_url() -> str | None:
         return os.environ["GRIDML_TEST_PG_URL"]
     if not SCRIPT.exists():
         return None
-    running = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True).returncode == 0
+    running = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True,
+                             check=False).returncode == 0
     done = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True,
-                          timeout=180)
+                          timeout=180, check=False)
     if done.returncode != 0:
         return None
     url = done.stdout.strip().splitlines()[-1]
@@ -40,7 +41,8 @@ def postgres_url() -> str | None:
 def stop_started_postgres() -> None:
     """Stop the throwaway server if this process started it."""
     if _started:
-        subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, timeout=60)
+        subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, timeout=60,
+                       check=False)
         _started.clear()
         os.environ.pop("GRIDML_TEST_PG_URL", None)
 

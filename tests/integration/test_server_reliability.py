@@ -15,6 +15,7 @@ import signal
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -123,7 +124,7 @@ def trial_processes(workdir: str) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                cmd = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 continue
             if workdir in cmd:

@@ -5,18 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from datetime import datetime, timezone
-from typing import Any, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from gridml.server.db.models import OutputRow, StudyRow, TrialRow
 from gridml.store import EpochReport, Study, Trial
-
 
 NUMBERS = ("epoch_time", "samples_per_s", "input_wait_frac", "peak_rss_mb")
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def aware(value: datetime | None) -> datetime | None:
@@ -24,8 +24,8 @@ def aware(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def sha256(text: str) -> str:

@@ -13,17 +13,21 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, case, func, literal, or_, select, update
+from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.schema import Table
 
 from gridml.errors import ConflictError, GridmlError, NotFoundError
 from gridml.server.db import convert
 from gridml.server.db.models import EpochRow, TrialRow
 
-EPOCHS = EpochRow.__table__
-TRIALS = TrialRow.__table__
+EPOCHS: Table = EpochRow.__table__  # type: ignore[assignment]
+TRIALS: Table = TrialRow.__table__  # type: ignore[assignment]
 Item = tuple[int, int, dict[str, Any], str]  # trial id, epoch, canonical body, its hash
 
-_IDS, _EPOCHS, _DONE, _NOW = (bindparam("ids", expanding=True), bindparam("eps", expanding=True),
-                              bindparam("done"), bindparam("now"))
+_IDS: BindParameter[Any] = bindparam("ids", expanding=True)
+_EPOCHS: BindParameter[Any] = bindparam("eps", expanding=True)
+_DONE: BindParameter[Any] = bindparam("done")
+_NOW: BindParameter[Any] = bindparam("now")
 FIND_TRIALS = select(TRIALS.c.id).where(TRIALS.c.id.in_(_IDS))
 FIND_HASHES = select(EPOCHS.c.trial_id, EPOCHS.c.epoch, EPOCHS.c.body_hash).where(
     and_(EPOCHS.c.trial_id.in_(_IDS), EPOCHS.c.epoch.in_(_EPOCHS)))

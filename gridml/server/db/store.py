@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -300,4 +300,4 @@ def open_store(url: str | None = None) -> SqlStore:
     return store
 
 
-__all__ = ["SqlStore", "open_store", "FINISHED_STATES"]
+__all__ = ["FINISHED_STATES", "SqlStore", "open_store"]

@@ -10,8 +10,17 @@ from fastapi import APIRouter, HTTPException, Path, Query
 
 from gridml.server import metrics, searching
 from gridml.server.deps import Principal, Store, Who, can_read_study, can_write_study
-from gridml.server.schemas import (AskOut, EpochOut, StudyCreate, StudyCreated, StudyOut,
-                                   StudySummary, TrialEnqueue, TrialOut, TrialPage)
+from gridml.server.schemas import (
+    AskOut,
+    EpochOut,
+    StudyCreate,
+    StudyCreated,
+    StudyOut,
+    StudySummary,
+    TrialEnqueue,
+    TrialOut,
+    TrialPage,
+)
 from gridml.store import TRIAL_STATES, Study, Trial
 
 router = APIRouter(prefix="/api/v1/studies", tags=["studies"])
@@ -60,7 +69,7 @@ def _best(study: Study, trials: list[Trial]) -> Trial | None:
     maximize = (study.spec.get("search") or {}).get("direction") == "maximize"
     if not done:
         return None
-    return (max if maximize else min)(done, key=lambda t: t.objective)  # type: ignore[arg-type]
+    return (max if maximize else min)(done, key=lambda t: float(t.objective or 0.0))
 
 
 @router.get("/{study}/trials", response_model=TrialPage)

@@ -11,8 +11,15 @@ from gridml.errors import ConflictError
 from gridml.server import metrics, searching
 from gridml.server.db.convert import utcnow
 from gridml.server.deps import Principal, Store, Who, can_read_trial, can_write_trial
-from gridml.server.schemas import (EpochAck, EpochIn, EpochOut, FinishIn, Heartbeat, ShouldStop,
-                                   TrialOut)
+from gridml.server.schemas import (
+    EpochAck,
+    EpochIn,
+    EpochOut,
+    FinishIn,
+    Heartbeat,
+    ShouldStop,
+    TrialOut,
+)
 from gridml.store import FINISHED_STATES, Trial
 
 router = APIRouter(prefix="/api/v1/trials", tags=["trials"])
