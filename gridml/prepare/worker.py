@@ -64,9 +64,21 @@ def _stats(x: np.ndarray) -> dict[str, Any]:
             "sumsq": np.einsum("ij,ij->j", x, x, dtype=np.float64).tolist()}
 
 
+def _key_column(events: Any, name: str) -> np.ndarray:
+    """A split.key column: one integer per event."""
+    try:
+        col = np.asarray(events[name])
+    except Exception:  # jagged (awkward refuses a regular numpy view)
+        col = np.zeros((0, 0))
+    if col.ndim != 1 or col.dtype.kind not in "iub":
+        raise ChunkProblem(f"split.key column {name!r} must hold one integer per event (e.g. run, "
+                           "event numbers); drop it from split.key or pick such a column")
+    return col
+
+
 def _split_arrays(task: ChunkTask, rows: transform.Rows, events: Any) -> tuple[dict, dict]:
     n_in = len(events)
-    keys = [np.asarray(events[k]) for k in task.split_key]
+    keys = [_key_column(events, k) for k in task.split_key]
     hashes = transform.event_hash(n_in, task.start, task.digest, task.seed, keys)
     which = transform.assign(hashes, task.fractions)[rows.index]
     arrays: dict[str, np.ndarray] = {}

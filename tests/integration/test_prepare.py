@@ -313,3 +313,9 @@ def test_no_orphan_workers_when_the_parent_is_killed(ws: Path) -> None:
     time.sleep(2)
     assert not [w for w in workers if Path(f"/proc/{w}").exists()
                 and "Z" not in Path(f"/proc/{w}/stat").read_text().split()[2]]
+
+
+def test_a_split_key_must_be_one_integer_per_event(ws: Path) -> None:
+    _spec(ws, **{"key: [run, event]": "key: [run, jet_pt]"})
+    with pytest.raises(PrepareError, match="split.key column 'jet_pt' must hold one integer"):
+        run_prepare(ws / "prep.yaml", jobs=1, show_progress=False)
