@@ -31,7 +31,7 @@ CHUNK_ROWS = 4096
 
 def _taus(rng: np.random.Generator, n: int) -> np.ndarray:
     """Hadronic tau candidates: 1- or 3-prong, narrow, light, isolated, displaced."""
-    prongs = np.where(rng.random(n) < 0.7, 1, 3) + rng.poisson(1.3, n)  # + pile-up/conversion tracks
+    prongs = np.where(rng.random(n) < 0.7, 1, 3) + rng.poisson(1.3, n)  # + pile-up, conversions
     pt = 20.0 + rng.exponential(35.0, n)
     mass = np.clip(rng.normal(0.9 + 0.3 * (prongs >= 3), 0.7, n), 0.14, None) + 0.01 * pt
     lead = np.clip(rng.beta(4.0, 2.2, n) / np.sqrt(prongs / 1.5), 0.02, 1.0)
@@ -56,12 +56,13 @@ def _qcd(rng: np.random.Generator, n: int) -> np.ndarray:
     return _stack(rng, n, pt, mass, tracks, lead, width, iso, ip, em)
 
 
-def _stack(rng: np.random.Generator, n: int, pt, mass, tracks, lead, width, iso, ip, em) -> np.ndarray:
+def _stack(rng: np.random.Generator, n: int, *cols: np.ndarray) -> np.ndarray:
     """Columns in FEATURES order; eta and phi carry no information (as in real life, nearly)."""
+    pt, mass, tracks, lead, width, iso, ip, em = cols
     eta = rng.uniform(-2.5, 2.5, n)
     phi = rng.uniform(-np.pi, np.pi, n)
-    cols = (pt, eta, phi, mass, tracks, lead, width, iso, ip, em)
-    return np.stack([np.asarray(c, dtype=np.float64) for c in cols], axis=1).astype(np.float32)
+    full = (pt, eta, phi, mass, tracks, lead, width, iso, ip, em)
+    return np.stack([np.asarray(c, dtype=np.float64) for c in full], axis=1).astype(np.float32)
 
 
 def make_events(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

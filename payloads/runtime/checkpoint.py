@@ -28,7 +28,7 @@ class Checkpointer:
         return state if (self.dir / state["name"]).is_dir() else None
 
     def save(self, model: Any, epoch: int, extra: dict[str, Any] | None = None) -> Path:
-        """Write the checkpoint of completed epoch ``epoch`` (1-based) and point state.json at it."""
+        """Checkpoint completed epoch ``epoch`` (1-based) and point state.json at it."""
         import tensorflow as tf
 
         name = f"epoch-{epoch}"

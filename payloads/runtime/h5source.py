@@ -76,8 +76,9 @@ class H5Source:
             for n in self.names:
                 ref = self.files[0][n]
                 if f[n].shape[1:] != ref.shape[1:] or f[n].dtype != ref.dtype:
-                    raise InputDataError(path, f"dataset '{n}' is {f[n].dtype}{f[n].shape[1:]}, "
-                                               f"but {self.paths[0]} has {ref.dtype}{ref.shape[1:]}")
+                    raise InputDataError(
+                        path, f"dataset '{n}' is {f[n].dtype}{f[n].shape[1:]}, but "
+                              f"{self.paths[0]} has {ref.dtype}{ref.shape[1:]}")
         return int(next(iter(lens.values())))
 
     def _chunk_rows(self) -> int:

@@ -45,7 +45,8 @@ def rows_per_rank(total_rows: int, ranks: int) -> int:
     return total_rows // max(1, ranks)
 
 
-def rank_pieces(blocks: Sequence[Block], order: Sequence[int], rank: int, ranks: int) -> list[Piece]:
+def rank_pieces(blocks: Sequence[Block], order: Sequence[int], rank: int,
+                ranks: int) -> list[Piece]:
     """The contiguous part ``rank`` of the ordered row stream, as pieces of blocks."""
     per = rows_per_rank(sum(b.rows for b in blocks), ranks)
     lo, hi = rank * per, (rank + 1) * per

@@ -89,7 +89,8 @@ class RaggedLoader(ShardedLoader):
             full = win.n // self.batch * self.batch
             idx = np.arange(full).reshape(-1, self.batch)
             if self.bucket and self.shuffle:
-                idx = idx[plan.row_permutation(len(idx), self.seed, epoch, self.rank, 1_000_000 + w)]
+                salt = 1_000_000 + w  # the batch order: another stream than the rows'
+                idx = idx[plan.row_permutation(len(idx), self.seed, epoch, self.rank, salt)]
             for batch_rows in idx:
                 if not self._put(out, self._pad(win, batch_rows)):
                     return
