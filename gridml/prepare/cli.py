@@ -46,7 +46,8 @@ def summarize(res: PrepareResult) -> dict[str, Any]:
             "features": len(m["columns"]),
             "splits": {k: {"rows": v["rows"], "files": len(v["files"])}
                        for k, v in m["splits"].items()},
-            "datasets": res.datasets}
+            "datasets": res.datasets,
+            "timings": {k: round(v, 3) for k, v in res.timings.items()}}
 
 
 def render(s: dict[str, Any]) -> str:
