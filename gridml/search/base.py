@@ -64,11 +64,17 @@ class BaseSearcher:
         self.told: list[Point] = []
         self.values: list[float | None] = []
         self._exhausted = False
+        self.exhausted_reason = ""  # says why, once exhausted
 
     @property
     def exhausted(self) -> bool:
         """True once no new point is left to propose (grid done, small discrete space used up)."""
         return self._exhausted
+
+    def _set_exhausted(self, done: bool, total: int) -> None:
+        self._exhausted = done
+        self.exhausted_reason = (f"{self.name}: all {total} points of the space are told or "
+                                 "pending" if done else "")
 
     def tell(self, points: Sequence[Point], values: Sequence[float | None]) -> None:
         """Add finished observations (raw objective; None or NaN for failed trials)."""

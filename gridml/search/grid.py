@@ -29,7 +29,7 @@ class GridSearcher(BaseSearcher):
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
         grid = enumerate_points(self.space, points_per_dim=self.options["grid_points"])
         out = self.novel(grid, seen, n)
-        self._exhausted = len(out) < n
+        self._set_exhausted(len(out) < n, len(grid))
         return out
 
 

@@ -46,5 +46,5 @@ def _rest_of_finite(searcher: BaseSearcher, rng: np.random.Generator, n: int,
     left = enumerate_points(searcher.space, points_per_dim=None)
     order = rng.permutation(len(left))
     out = searcher.novel([left[i] for i in order], seen, n)
-    searcher._exhausted = len(out) < n
+    searcher._set_exhausted(len(out) < n, len(left))
     return out

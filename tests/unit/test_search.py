@@ -160,6 +160,7 @@ def test_grid_enumerates_the_product_then_is_exhausted():
     done = search.create("grid", space, grid_points=3)
     done.tell(first + rest, [1.0] * 12)
     assert done.ask(1) == [] and done.exhausted
+    assert done.exhausted_reason == "grid: all 12 points of the space are told or pending"
 
 
 def test_grid_log_and_conditional_levels():
