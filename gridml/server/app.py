@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from gridml.errors import (
     StoreError,
 )
 from gridml.server.db import SqlStore
+from gridml.server.fastpath import EpochFastPath
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"
 STATUS = [(NotFoundError, 404), (ConflictError, 409), (SpecError, 422), (SearchError, 409),
@@ -71,15 +73,27 @@ def _install_errors(app: FastAPI) -> None:
     app.add_exception_handler(OperationalError, db_error)
 
 
+class GridmlAPI(FastAPI):
+    """FastAPI, with the lean path for payloads' epoch reports (``gridml.server.fastpath``)
+    tried before the middleware stack; everything else goes through FastAPI as usual."""
+
+    fast: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.fast is None:
+            await super().__call__(scope, receive, send)
+        else:
+            await self.fast(scope, receive, send)
+
+
 def create_app(store: SqlStore, *, open_reads: bool = True) -> FastAPI:
     """The metrics API on ``store``. ``open_reads``: GET routes work without a token (local use,
     dashboard); a ``gridml serve`` for a group turns it off and every read needs a token."""
     from gridml.server import metrics
-    from gridml.server.fastpath import EpochFastPath
     from gridml.server.ingest import EpochBatcher
     from gridml.server.routes import dashboard, studies, system, trials
 
-    app = FastAPI(title="gridml metrics API", version="1", default_response_class=SafeJSON,
+    app = GridmlAPI(title="gridml metrics API", version="1", default_response_class=SafeJSON,
                   description="Studies, trials, per-epoch metrics, search and early stopping "
                               "for gridml campaigns. Auth: `Authorization: Bearer <token>`.")
     app.state.store = store
@@ -89,8 +103,8 @@ def create_app(store: SqlStore, *, open_reads: bool = True) -> FastAPI:
     for router in (studies.router, trials.router, system.router, dashboard.router):
         app.include_router(router)
     _install_errors(app)
-    app.add_middleware(EpochFastPath, state=app.state)  # inside RequestMetrics: still counted
     app.add_middleware(metrics.RequestMetrics)
+    app.fast = EpochFastPath(partial(FastAPI.__call__, app), app.state)
     return app
 
 
