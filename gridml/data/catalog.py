@@ -57,9 +57,12 @@ class Catalog:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as con:
+        con = self._connect()  # closed explicitly: `with` on a sqlite3 connection only commits,
+        try:                   # and one left open in a process that forks breaks its children
             con.execute("PRAGMA journal_mode=WAL")
             con.executescript(SCHEMA)
+        finally:
+            con.close()
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)

@@ -27,9 +27,12 @@ class SideMetadata:
     def __init__(self, path: Path, host: str) -> None:
         self.path, self.host = path, host
         path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as con:
+        con = self._connect()  # closed explicitly: `with` on a sqlite3 connection only commits
+        try:
             con.execute("PRAGMA journal_mode=WAL")
             con.execute(_SCHEMA)
+        finally:
+            con.close()
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
