@@ -56,7 +56,12 @@ def _load(spec: Path, check_data: bool = True) -> Any:
         data, _ = read_yaml(spec)
         backend = (data.get("backend") or {}).get("data") if isinstance(data.get("backend"), dict) else None
     dm = _data_manager(backend) if check_data else None
-    return load_spec(spec, did_exists=dm.exists if dm else None), dm
+    loaded = load_spec(spec, did_exists=dm.exists if dm else None)
+    if loaded.spec.output.rse or loaded.spec.output.lifetime:
+        from gridml.runner import data_manager_for
+
+        dm = data_manager_for(loaded.spec)
+    return loaded, dm
 
 
 def _print_json(doc: Any) -> None:
@@ -130,7 +135,7 @@ def resume(study: str = typer.Argument(..., help="study name or id"),
 
     stored = open_store(settings().db_url).get_study(study)
     loaded = runner.loaded_from_study(stored)
-    _run(loaded, _data_manager(loaded.spec.backend.data), quiet)
+    _run(loaded, runner.data_manager_for(loaded.spec), quiet)
 
 
 def _run(loaded: Any, dm: Any, quiet: bool) -> None:

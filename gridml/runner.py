@@ -34,6 +34,16 @@ def loaded_from_study(study: Study) -> LoadedSpec:
     return LoadedSpec(spec=spec, path=Path(f"<study {study.name}>"), model_path=model)
 
 
+def data_manager_for(spec: Spec) -> Any:
+    """The campaign's data backend, writing outputs where the spec's output section says."""
+    from gridml.data import open_data_manager
+    from gridml.spec import parse_walltime
+
+    life = spec.output.lifetime
+    return open_data_manager(spec.backend.data, rse=spec.output.rse,
+                             lifetime=parse_walltime(life) if life is not None else None)
+
+
 def progress_table(study: Study, trials: list[Trial]) -> Table:
     spec = study.spec["search"]
     table = Table(title=f"study {study.name}: {len(trials)}/{spec['max_trials']} trials, "

@@ -50,14 +50,13 @@ class CampaignService:
 
     def _campaign(self, study: Study) -> Campaign:
         if study.id not in self._campaigns:
-            from gridml.data import open_data_manager
-            from gridml.runner import loaded_from_study
+            from gridml.runner import data_manager_for, loaded_from_study
 
             materialise_model(study, self.runs_dir)
             loaded = loaded_from_study(study)
             self._campaigns[study.id] = Campaign(
                 loaded, self.store, self._executor(loaded.spec.backend.executor),
-                open_data_manager(loaded.spec.backend.data), self.runs_dir, api_url=self.api_url)
+                data_manager_for(loaded.spec), self.runs_dir, api_url=self.api_url)
         return self._campaigns[study.id]
 
     def run_once(self) -> int:

@@ -156,7 +156,17 @@ class Panda(_Strict):
 class Output(_Strict):
     dataset: str | None = Field(None, description="scope:name of the study's output dataset;"
                                 " default <train scope>:<study>.out")
-    rule: dict[str, Any] | None = Field(None, description="Rucio rule for outputs: {rse_expression, lifetime}")
+    rse: str | None = Field(None, description="Rucio: RSE the outputs are written to (the output "
+                            "dataset's rule); default $GRIDML_RUCIO_RSE")
+    lifetime: str | int | None = Field(None, description="Rucio: lifetime of that rule, e.g. 30d; "
+                                       "default none (kept)")
+
+    @field_validator("lifetime")
+    @classmethod
+    def _lifetime(cls, v: str | int | None) -> str | int | None:
+        if v is not None:
+            parse_walltime(v)
+        return v
 
 
 class Spec(_Strict):
