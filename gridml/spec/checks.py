@@ -64,6 +64,22 @@ def check_early_stopping(spec: Spec) -> list[Problem]:
     return [(("search", "early_stopping"), p) for p in validate_early_stopping(cfg)]
 
 
+def check_search(spec: Spec) -> list[Problem]:
+    """Build the searcher once: unknown search.options (or a space it cannot use) fail here."""
+    from gridml import search
+    from gridml.errors import SearchError, SpecError
+
+    s = spec.search
+    space = {k: v.model_dump(exclude_none=True) for k, v in s.space.items()}
+    try:
+        search.create(s.algorithm, space, seed=s.seed, direction=s.direction, **s.options)
+    except SpecError as exc:
+        return [(("search", "space"), p) for p in exc.problems]
+    except (SearchError, TypeError) as exc:
+        return [(("search", "options"), str(exc))]
+    return []
+
+
 def check_dids(spec: Spec, exists: Callable[[str], bool]) -> list[Problem]:
     """Every input DID is well-formed and known to the data backend."""
     from gridml.data.base import parse_did

@@ -131,3 +131,8 @@ def test_json_schema_describes_the_spec() -> None:
 def test_quickstart_example_is_valid(repo_root: Path) -> None:
     loaded = load_spec(repo_root / "examples" / "quickstart.yaml")
     assert yaml.safe_load((repo_root / "examples" / "quickstart.yaml").read_text())["name"] == loaded.spec.name
+
+
+def test_unknown_search_option_is_refused(tmp_path: Path) -> None:
+    problems = refused(tmp_path, GOOD.replace("  parallel: 2\n", "  parallel: 2\n  options: {n_initial: 3}\n"))
+    assert any("search.options" in p and "n_initial" in p for p in problems), problems
