@@ -76,7 +76,7 @@ def check_search(spec: Spec) -> list[Problem]:
     except SpecError as exc:
         return [(("search", "space"), p) for p in exc.problems]
     except (SearchError, TypeError) as exc:
-        return [(("search", "options"), str(exc))]
+        return [(("search", "options"), str(exc).removeprefix("search.options: "))]
     return []
 
 
