@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from payloads.runtime import plan
-from payloads.runtime.cache import BlockCache
+from payloads.runtime.cache import NEVER, BlockCache
 from payloads.runtime.h5source import H5Source
 
 Arrays = dict[str, np.ndarray]
@@ -45,6 +45,10 @@ class ShardedLoader:
         self.batch, self.rank, self.ranks, self.seed = int(batch), rank, ranks, seed
         self.shuffle, self.window, self.prefetch = shuffle, max(1, window), max(1, prefetch)
         self.cache = cache or BlockCache(0)
+        self._pos: dict[int, dict[int, int]] = {}
+        self._block_bytes = source.block_rows * sum(
+            int(np.prod(source.row_shapes[n], dtype=np.int64)) * source.dtypes[n].itemsize
+            for n in [*features, labels] if n in source.row_shapes)
         self.wait_s = 0.0          # time the consumer spent blocked on the next slab
         self.batches_out = self.samples_out = 0
         self.error: BaseException | None = None
@@ -69,15 +73,37 @@ class ShardedLoader:
         return {n: np.empty((rows, *self.src.row_shapes[n]), self.src.dtypes[n])
                 for n in self.names}
 
-    def _fill(self, group: list[plan.Piece], buf: Arrays) -> int:
-        """Read the pieces of one window into ``buf``; returns the number of rows."""
+    def _positions(self, epoch: int) -> dict[int, int]:
+        """block -> its place in this rank's order of ``epoch`` (memoised, a few epochs)."""
+        if epoch not in self._pos:
+            if len(self._pos) > 3:
+                self._pos.pop(min(self._pos))
+            self._pos[epoch] = {p.block: i for i, p in enumerate(self.pieces(epoch))}
+        return self._pos[epoch]
+
+    def next_use(self, block: int, epoch: int, index: int) -> float:
+        """When this rank needs ``block`` again after place ``index`` of ``epoch`` (for the
+        clairvoyant cache): a place in this epoch or the next one, else never (as far as we
+        look). Validation passes read the same blocks every epoch: always soon."""
+        if not self.shuffle:
+            return -1.0
+        span = len(self.src.blocks) + 1
+        for e in (epoch, epoch + 1):
+            i = self._positions(e).get(block)
+            if i is not None and (e > epoch or i > index):
+                return float(e * span + i)
+        return NEVER
+
+    def _fill(self, group: list[plan.Piece], buf: Arrays, epoch: int = 0, first: int = 0) -> int:
+        """Read the pieces of one window into ``buf``; returns the number of rows.
+        ``first`` is the place of the window's first piece in the epoch's order."""
         at = 0
-        for p in group:
-            key = (id(self.src), p.block)
-            block = self.cache.get(key) if self.cache.budget else None
-            if block is None and self.cache.has_room():
+        for i, p in enumerate(group, first):
+            key, nu = (id(self.src), p.block), self.next_use(p.block, epoch, i)
+            block = self.cache.get(key, nu) if self.cache.budget else None
+            if block is None and self.cache.wants(nu, self._block_bytes):
                 block = self.src.read(self.src.blocks[p.block])
-                self.cache.put(key, block)
+                self.cache.put(key, block, nu)
             if block is None:
                 self.src.read_into(self.src.blocks[p.block], p.lo, p.hi, buf, at)
             else:
@@ -88,11 +114,13 @@ class ShardedLoader:
 
     def _read_stage(self, epochs: list[int], free: queue.Queue, out: queue.Queue) -> None:
         for epoch in epochs:
+            first = 0
             for w, group in enumerate(plan.windows(self.pieces(epoch), self.window)):
                 buf = self._get(free)
                 if buf is None:
                     return
-                n = self._fill(group, buf)
+                n = self._fill(group, buf, epoch, first)
+                first += len(group)
                 if not self._put(out, (epoch, w, buf, n)):
                     return
 

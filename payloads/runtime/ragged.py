@@ -60,11 +60,13 @@ class RaggedLoader(ShardedLoader):
 
     def _read_stage(self, epochs: list[int], free: queue.Queue, out: queue.Queue) -> None:
         for epoch in epochs:
+            first = 0
             for w, group in enumerate(plan.windows(self.pieces(epoch), self.window)):
                 buf = self._get(free)
                 if buf is None:
                     return
-                n = self._fill(group, buf)
+                n = self._fill(group, buf, epoch, first)
+                first += len(group)
                 rows = {k: a[:n].copy() for k, a in buf.items()}
                 free.put(buf)
                 if not self._put(out, (epoch, w, rows, self._read_values(group))):
