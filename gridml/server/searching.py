@@ -80,7 +80,8 @@ def should_stop(store: SqlStore, study: Study, trial_id: int) -> tuple[bool, str
     curves = {tid: [r.metrics.get(metric, math.nan) for r in reps]
               for tid, reps in store.study_epochs(study.id).items()}
     mine = curves.pop(trial_id, [])
-    return decide(rule, mine, list(curves.values()), cfg.get("direction", "minimize"))
+    return decide(rule, mine, list(curves.values()), cfg.get("direction", "minimize"),
+                  metric=metric)
 
 
 def validate_hparams(study: Study, hparams: dict[str, Any]) -> None:

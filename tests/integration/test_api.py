@@ -263,3 +263,16 @@ def test_trial_token_fast_path_same_replies(owner, server):
     assert [e.epoch for e in owner.list_epochs(trial["id"])] == [1, 2, 3]
     text = httpx.get(f"{server.url}/metrics").text
     assert 'route="/api/v1/trials/{trial}/epochs",status="201"' in text
+
+
+def test_should_stop_applies_the_studys_rule(server):
+    """A median rule on the stored curves: the worst trial is told to stop, the best is not."""
+    owner = ApiClient(server.url, retries=0)
+    spec = {"search": {**SPEC["search"], "early_stopping": {"rule": "median", "min_epochs": 1}}}
+    owner.create_study("stopping", spec)
+    ids = [owner.enqueue_trial("stopping", POINT)["id"] for _ in range(4)]
+    for tid, loss in zip(ids, (0.2, 0.3, 0.4, 0.9)):
+        owner.post_epoch(tid, epoch(1, loss))
+    worst, best = owner.should_stop(ids[3]), owner.should_stop(ids[0])
+    assert worst[0] is True and "median" in worst[1]
+    assert best[0] is False
