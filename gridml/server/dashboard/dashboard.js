@@ -254,9 +254,15 @@ async function refresh() {
   if (!state.study) return;
   const s = encodeURIComponent(state.study);
   try {
-    const [summary, page, epochs] = await Promise.all([api(`/api/v1/studies/${s}`),
-      api(`/api/v1/studies/${s}/trials?limit=1000`), api(`/api/v1/studies/${s}/epochs`)]);
-    Object.assign(state, { summary, trials: page.trials, epochs });
+    const [summary, page] = await Promise.all([api(`/api/v1/studies/${s}`),
+      api(`/api/v1/studies/${s}/trials?limit=1000`)]);
+    // the epochs of every trial only when some trial has reported since the last poll
+    const seen = page.trials.map((t) => `${t.id}:${t.epochs_done}`).join(",");
+    if (seen !== state.seen) {
+      state.epochs = await api(`/api/v1/studies/${s}/epochs`);
+      state.seen = seen;
+    }
+    Object.assign(state, { summary, trials: page.trials });
     render();
     $("status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (err) { $("status").textContent = String(err.message || err); }
@@ -275,7 +281,7 @@ async function loadStudies() {
 }
 
 function choose(name) {
-  if (name !== state.study) Object.assign(state, { study: name, selected: null, summary: null });
+  if (name !== state.study) Object.assign(state, { study: name, selected: null, summary: null, seen: null });
   history.replaceState(null, "", "#study=" + encodeURIComponent(name));
   refresh();
 }
