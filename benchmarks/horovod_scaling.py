@@ -120,6 +120,7 @@ def main() -> int:
     p.add_argument("--units", type=int, default=1024)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--plot", type=Path, default=None, help="also write the plot here")
+    p.add_argument("--gradient-compression", choices=["none", "fp16"], default="none")
     a = p.parse_args()
     from make_sample_data import make_sample_data
 
@@ -131,7 +132,8 @@ def main() -> int:
                              "dropout": 0.0, "activation": "relu"},
                  "model_file": str(ROOT / "examples/models/mlp.py"),
                  "training": {"epochs": a.epochs, "batch_size": a.batch, "metrics": [],
-                              "checkpoint": False, "cache_budget_mb": 256},
+                              "checkpoint": False, "cache_budget_mb": 256,
+                              "gradient_compression": a.gradient_compression},
                  "data": {"features": "x", "labels": "y", "train": [str(x) for x in train],
                           "validation": []},
                  "api": None, "resources": {"gpus": 0}}
@@ -143,7 +145,8 @@ def main() -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nwide MLP ({a.units} units x {a.layers} layers), {a.rows:,} rows, batch {a.batch} per "
-          f"rank, 1 core per rank, load average before/after: {os.getloadavg()[0]:.1f}")
+          f"rank, 1 core per rank, gradient compression {a.gradient_compression}, "
+          f"load average after: {os.getloadavg()[0]:.1f}")
     print("| ranks | samples/s | speedup | efficiency | samples per CPU-s | CPU efficiency "
           "| CPU use per rank | input wait | epoch time |\n|---|---|---|---|---|---|---|---|---|")
     for r in rows:

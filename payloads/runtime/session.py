@@ -89,7 +89,10 @@ def build_model(cfg: TrialConfig, data: Data, hvd: Any) -> Any:
         log.info("adapted normalisation on the first %d training rows",
                  len(head[data.train.labels]))
     lr = user_model.scaled_lr(cfg.learning_rate, hvd.size(), str(t["lr_scaling"]))
-    opt = hvd.DistributedOptimizer(user_model.optimizer(str(t["optimizer"]), lr))
+    compression = (hvd.Compression.fp16 if t.get("gradient_compression") == "fp16"
+                   else hvd.Compression.none)  # fp16: half the allreduce bytes
+    opt = hvd.DistributedOptimizer(user_model.optimizer(str(t["optimizer"]), lr),
+                                   compression=compression)
     m.compile(optimizer=opt, loss=t["loss"],
               metrics=user_model.metric_objects(list(t["metrics"]), str(t["loss"])))
     return m
