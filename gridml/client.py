@@ -72,10 +72,11 @@ class ApiClient:
 
     def create_study(self, name: str, spec: dict[str, Any],
                      spec_hash: str | None = None) -> dict[str, Any]:
-        """Create a study; the reply carries its ``token`` (kept by this client from now on)."""
+        """Create a study; the reply carries its ``token``, which this client uses from now on
+        (the token it had, e.g. a server's creation token, served only to create it)."""
         study = self._request("POST", "/api/v1/studies",
                               json={"name": name, "spec": spec, "spec_hash": spec_hash})
-        self.token = self.token or study["token"]
+        self.token = study["token"]
         return study  # type: ignore[no-any-return]
 
     def list_studies(self) -> list[dict[str, Any]]:

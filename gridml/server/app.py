@@ -86,9 +86,11 @@ class GridmlAPI(FastAPI):
             await self.fast(scope, receive, send)
 
 
-def create_app(store: SqlStore, *, open_reads: bool = True) -> FastAPI:
+def create_app(store: SqlStore, *, open_reads: bool = True,
+               create_token: str | None = None) -> FastAPI:
     """The metrics API on ``store``. ``open_reads``: GET routes work without a token (local use,
-    dashboard); a ``gridml serve`` for a group turns it off and every read needs a token."""
+    dashboard); a ``gridml serve`` for a group turns it off and every read needs a token.
+    ``create_token``: if set, creating a study needs it as bearer token."""
     from gridml.server import metrics
     from gridml.server.ingest import EpochBatcher
     from gridml.server.routes import dashboard, studies, system, trials
@@ -98,6 +100,7 @@ def create_app(store: SqlStore, *, open_reads: bool = True) -> FastAPI:
                               "for gridml campaigns. Auth: `Authorization: Bearer <token>`.")
     app.state.store = store
     app.state.open_reads = open_reads
+    app.state.create_token = create_token
     app.state.token_cache = {}
     app.state.batcher = EpochBatcher(store)
     for router in (studies.router, trials.router, system.router, dashboard.router):
@@ -115,7 +118,8 @@ def app_from_env() -> FastAPI:
     from gridml.server.db import SqlStore
 
     store = SqlStore(os.environ["GRIDML_SERVE_DB"])  # migrated by `gridml serve` already
-    app = create_app(store, open_reads=os.environ.get("GRIDML_SERVE_OPEN_READS") == "1")
+    app = create_app(store, open_reads=os.environ.get("GRIDML_SERVE_OPEN_READS") == "1",
+                     create_token=os.environ.get("GRIDML_CREATE_TOKEN") or None)
     quiet_gc()
     return app
 

@@ -37,6 +37,9 @@ def serve(
         help="the URL payloads on worker nodes post to (default: http://HOST:PORT); behind a "
              "reverse proxy, its https:// address")] = None,
     poll: Annotated[float, typer.Option(help="seconds between controller cycles")] = 10.0,
+    create_token: Annotated[str | None, typer.Option(
+        envvar="GRIDML_CREATE_TOKEN", show_default=False,
+        help="if set, creating a study needs this bearer token (a group server)")] = None,
 ) -> None:
     """Run the gridml server: metrics API under /api/v1, dashboard at /, metrics at /metrics."""
     import uvicorn
@@ -49,9 +52,12 @@ def serve(
     reads = host in LOOPBACK if open_reads is None else open_reads
     os.environ["GRIDML_SERVE_DB"] = url
     os.environ["GRIDML_SERVE_OPEN_READS"] = "1" if reads else "0"
+    if create_token:
+        os.environ["GRIDML_CREATE_TOKEN"] = create_token
     typer.echo(f"gridml server on http://{host}:{port} (database {_safe(url)}, "
                f"{workers} worker(s), reads {'open' if reads else 'need a token'}, "
-               f"controller {'on' if controller else 'off'})")
+               f"controller {'on' if controller else 'off'}, study creation "
+               f"{'needs the creation token' if create_token else 'open'})")
     service = _start_controller(url, public_url or f"http://{host}:{port}", poll) \
         if controller else None
     try:

@@ -18,9 +18,11 @@ class EmbeddedServer:
     """uvicorn serving ``create_app(open_store(store_url))`` on a free loopback port."""
 
     def __init__(self, store_url: str | None = None, *, host: str = "127.0.0.1",
-                 port: int = 0, open_reads: bool = True) -> None:
+                 port: int = 0, open_reads: bool = True,
+                 create_token: str | None = None) -> None:
         self.store_url = store_url
         self.host, self.port, self.open_reads = host, port, open_reads
+        self.create_token = create_token
         self.url: str | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -38,7 +40,8 @@ class EmbeddedServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         port = sock.getsockname()[1]
-        config = uvicorn.Config(create_app(self._store, open_reads=self.open_reads),
+        app = create_app(self._store, open_reads=self.open_reads, create_token=self.create_token)
+        config = uvicorn.Config(app,
                                 log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},

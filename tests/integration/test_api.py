@@ -276,3 +276,17 @@ def test_should_stop_applies_the_studys_rule(server):
     worst, best = owner.should_stop(ids[3]), owner.should_stop(ids[0])
     assert worst[0] is True and "median" in worst[1]
     assert best[0] is False
+
+
+def test_creation_token_guards_a_group_server(tmp_path):
+    from gridml.server.embedded import EmbeddedServer
+
+    with EmbeddedServer(f"sqlite:///{tmp_path / 'g.db'}", create_token="s3cret") as srv:
+        with pytest.raises(StoreError, match="creation token"):
+            ApiClient(srv.url, retries=0).create_study("guarded", SPEC)
+        with pytest.raises(StoreError, match="creation token"):
+            ApiClient(srv.url, token="wrong", retries=0).create_study("guarded", SPEC)
+        creator = ApiClient(srv.url, token="s3cret", retries=0)
+        study = creator.create_study("guarded", SPEC)
+        assert study["token"].startswith("gms_") and creator.token == study["token"]
+        assert creator.enqueue_trial("guarded", POINT)["number"] == 0

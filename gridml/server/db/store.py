@@ -20,7 +20,7 @@ from gridml.server.db import convert, epochs_sql
 from gridml.server.db.convert import utcnow
 from gridml.server.db.engine import WriteLock, make_engine, migrate, writer
 from gridml.server.db.models import EpochRow, OutputRow, StudyRow, TokenRow, TrialRow
-from gridml.store import FINISHED_STATES, TRIAL_STATES, EpochReport, Study, Trial
+from gridml.store import TRIAL_STATES, EpochReport, Study, Trial
 
 STUDY_STATES = ("running", "finished", "stopped")
 UPDATABLE = {"state", "objective", "error", "external_id", "attempts", "started", "finished",
@@ -300,4 +300,4 @@ def open_store(url: str | None = None) -> SqlStore:
     return store
 
 
-__all__ = ["FINISHED_STATES", "SqlStore", "open_store"]
+__all__ = ["SqlStore", "open_store"]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 
 from gridml.server import metrics, searching
 from gridml.server.deps import Principal, Store, Who, can_read_study, can_write_study
@@ -35,12 +36,24 @@ def _study(store: Store, ref: str, who: Principal, write: bool = False) -> Study
 
 
 @router.post("", status_code=201, response_model=StudyCreated)
-def create_study(body: StudyCreate, store: Store) -> StudyCreated:
-    """Create a study from a (resolved) spec; the study token is in the reply, once."""
+def create_study(body: StudyCreate, store: Store, request: Request) -> StudyCreated:
+    """Create a study from a (resolved) spec; the study token is in the reply, once.
+    A server started with a creation token (`gridml serve --create-token`) requires it."""
+    _check_create_token(request)
     spec_hash = body.spec_hash or hashlib.sha256(
         json.dumps(body.spec, sort_keys=True).encode()).hexdigest()
     study = store.create_study(body.name, body.spec, spec_hash)
     return StudyCreated(**StudyOut.of(study).model_dump(), token=study.token or "")
+
+
+def _check_create_token(request: Request) -> None:
+    expected = request.app.state.create_token
+    if not expected:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), expected):
+        raise HTTPException(401, "this server creates studies only with its creation token: "
+                                 "pass it with `gridml --token TOKEN submit ...`")
 
 
 @router.get("", response_model=list[StudyOut])
