@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gridml.errors import SpecError
-from gridml.prepare import yamlmap
+from gridml.spec import loader as yamlmap  # the one YAML-with-lines reader
 
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)i?[bB]?\s*$")
@@ -188,8 +188,9 @@ def _check_module(path: Path, function: str) -> str | None:
 def load_prep_spec(path: str | Path) -> PrepSpec:
     """Read, validate and check ``path``; every problem in one SpecError, each with file:line."""
     path = Path(path)
-    data, lines = yamlmap.read_yaml(path)
-    model = yamlmap.validate(PrepModel, data, path, lines)
+    data, lines = yamlmap.read_yaml(path, kind="prepare spec",
+                                    sections="name:, inputs:, preprocess:, ...; see docs/prepare.md")
+    model = yamlmap.validate_model(PrepModel, data, path, lines, reference="docs/prepare.md")
     base = path.resolve().parent
     problems = []
     files, missing = _expand(base, model.inputs.files)

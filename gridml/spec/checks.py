@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from gridml.errors import GridmlError
-from gridml.spec.loader import Loc, line_of
+from gridml.spec.loader import Loc, located
 from gridml.spec.model import Spec
 
 Problem = tuple[Loc, str]
@@ -104,4 +104,4 @@ def check_dids(spec: Spec, exists: Callable[[str], bool]) -> list[Problem]:
 
 
 def format_problems(path: Path, lines: dict[Loc, int], problems: list[Problem]) -> list[str]:
-    return [f"{path}:{line_of(lines, loc)}: {'.'.join(map(str, loc))}: {msg}" for loc, msg in problems]
+    return [located(path, lines, loc, msg) for loc, msg in problems]

@@ -51,10 +51,12 @@ def line_of(lines: dict[Loc, int], loc: Loc) -> int:
     return 1
 
 
-def read_yaml(path: Path) -> tuple[dict[str, Any], dict[Loc, int]]:
-    """Parse ``path``; YAML syntax errors and non-mapping documents become SpecError."""
+def read_yaml(path: Path, *, kind: str = "spec", sections: str = "name:, payload:, ..."
+              ) -> tuple[dict[str, Any], dict[Loc, int]]:
+    """Parse ``path``; missing file, YAML syntax errors, duplicate keys and non-mapping
+    documents become SpecError."""
     if not path.is_file():
-        raise SpecError(f"{path}: no such file", hint="check the path of the spec")
+        raise SpecError(f"{path}: no such file", hint=f"check the path of the {kind}")
     text = path.read_text()
     try:
         data = yaml.safe_load(text)
@@ -62,16 +64,18 @@ def read_yaml(path: Path) -> tuple[dict[str, Any], dict[Loc, int]]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise SpecError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        raise SpecError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}; "
+                        "fix the syntax (indentation, colons, quotes)") from None
     if dups:
         raise SpecError([f"{path}:{d}" for d in dups])
     if not isinstance(data, dict):
-        raise SpecError(f"{path}:1: the spec must be a mapping of sections (name:, payload:, ...)")
+        raise SpecError(f"{path}:1: (top level): the {kind} must be a mapping of sections ({sections})")
     return data, lines
 
 
-def _message(err: dict[str, Any]) -> tuple[Loc, str]:
-    loc: Loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+def _message(err: dict[str, Any], reference: str) -> tuple[Loc, str]:
+    loc: Loc = tuple(p for p in err["loc"]
+                     if not (isinstance(p, str) and (p.startswith("function-") or "[" in p)))
     msg: str = err["msg"]
     kind = err["type"]
     if msg.startswith("Value error, "):
@@ -80,22 +84,27 @@ def _message(err: dict[str, Any]) -> tuple[Loc, str]:
         if sep and " " not in head:  # "low: must be > 0 ..." names a sub-field
             loc, msg = loc + tuple(head.split(".")), rest
     elif kind == "extra_forbidden":
-        msg = "unknown key; remove it or check its spelling (see `gridml schema`)"
+        msg = f"unknown key; remove it or check its spelling (see {reference})"
     elif kind == "missing":
         msg = "required field is missing; add it"
-    elif kind == "literal_error":
+    elif kind in ("literal_error", "enum"):
         msg = f"{msg} (got {err.get('input')!r})"
+    else:
+        msg = f"{msg} (got {err.get('input')!r}); fix the value"
     return loc, msg
 
 
+def located(path: Path, lines: dict[Loc, int], loc: Loc, msg: str) -> str:
+    """One ``file:line: field: message`` problem line (for checks made after validation)."""
+    return f"{path}:{line_of(lines, loc)}: {_dotted(loc)}: {msg}"
+
+
 def validate_model(model: type[M], data: dict[str, Any], path: Path,
-                   lines: dict[Loc, int]) -> M:
+                   lines: dict[Loc, int], *, reference: str = "`gridml schema`") -> M:
     """Validate ``data``; every problem becomes one ``file:line: field: message`` line."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False):
-            loc, msg = _message(err)
-            problems.append(f"{path}:{line_of(lines, loc)}: {_dotted(loc)}: {msg}")
+        problems = [located(path, lines, *_message(err, reference))
+                    for err in exc.errors(include_url=False)]
         raise SpecError(problems) from None
