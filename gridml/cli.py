@@ -77,6 +77,22 @@ def validate(spec: Path = typer.Argument(..., help="training spec (YAML)")) -> N
 
 
 @app.command()
+def init(name: str = typer.Argument(..., help="study name"),
+         output: Optional[Path] = typer.Option(None, "-o", "--output", help="default NAME.yaml")) -> None:
+    """Write a commented spec to start from (templates/spec.yaml)."""
+    import re
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
+        raise UsageError(f"study name {name!r}: use lowercase letters, digits and ._- (e.g. tau-id)")
+    path = output or Path(f"{name}.yaml")
+    if path.exists():
+        raise UsageError(f"{path} exists; choose another -o or remove it")
+    template = Path(__file__).resolve().parents[1] / "templates" / "spec.yaml"
+    path.write_text(template.read_text().replace("name: my-study", f"name: {name}", 1))
+    out.print(f"wrote {path}: set payload.model and data.train/validation, then `gridml validate {path}`")
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON Schema of the training spec."""
     from gridml.spec import json_schema

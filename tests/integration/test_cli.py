@@ -45,3 +45,14 @@ def test_schema_is_json_and_lists_the_sections() -> None:
 
 def test_status_lists_studies_as_json() -> None:
     assert json.loads(gridml("status", "--json").stdout) == {"studies": []}
+
+
+def test_init_writes_a_template_that_validates_once_filled(tmp_path: Path) -> None:
+    spec = tmp_path / "tau.yaml"
+    gridml("init", "tau", "-o", str(spec))
+    proc = gridml("validate", str(spec), check=False)
+    assert proc.returncode == 2 and "payload.model" in proc.stderr  # the model is the user's to give
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mlp.py").write_text("def build_model(hparams, input_shape):\n    pass\n")
+    assert "data.train" in gridml("validate", str(spec), check=False).stderr  # so are the datasets
+    assert gridml("init", "tau", "-o", str(spec), check=False).returncode == 2  # never overwrites
