@@ -134,6 +134,10 @@ class BlockCache:
         self._next.pop(key, None)
         self.evictions += 1
 
+    def contains(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._d
+
     def has_room(self) -> bool:
         return self.budget > 0 and self.used < self.budget
 

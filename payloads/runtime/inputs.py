@@ -39,13 +39,18 @@ class ShardedLoader:
 
     def __init__(self, source: H5Source, features: list[str], labels: str, *, batch: int,
                  rank: int = 0, ranks: int = 1, seed: int = 0, shuffle: bool = True,
-                 window: int = 8, prefetch: int = 4, cache: BlockCache | None = None) -> None:
+                 window: int = 8, prefetch: int = 4, cache: BlockCache | None = None,
+                 processes: int = 0) -> None:
         self.src, self.features, self.labels = source, list(features), labels
         self.names = self.features + [labels]
         self.batch, self.rank, self.ranks, self.seed = int(batch), rank, ranks, seed
         self.shuffle, self.window, self.prefetch = shuffle, max(1, window), max(1, prefetch)
         self.cache = cache or BlockCache(0)
         self._pos: dict[int, dict[int, int]] = {}
+        self.processes = int(processes)   # HDF5 reader processes (0: read in a thread)
+        self._reader: Any = None
+        self._requested: set[int] = set()
+        self._decoded: Iterator[Arrays] = iter(())
         self._block_bytes = source.block_rows * sum(
             int(np.prod(source.row_shapes[n], dtype=np.int64)) * source.dtypes[n].itemsize
             for n in [*features, labels] if n in source.row_shapes)
@@ -101,7 +106,11 @@ class ShardedLoader:
         for i, p in enumerate(group, first):
             key, nu = (id(self.src), p.block), self.next_use(p.block, epoch, i)
             block = self.cache.get(key, nu) if self.cache.budget else None
-            if block is None and self.cache.wants(nu, self._block_bytes):
+            if block is None and i in self._requested:  # decoded by a reader process
+                block = next(self._decoded)
+                if self.cache.wants(nu, self._block_bytes):
+                    self.cache.put(key, {n: a.copy() for n, a in block.items()}, nu)
+            elif block is None and self.cache.wants(nu, self._block_bytes):
                 block = self.src.read(self.src.blocks[p.block])
                 self.cache.put(key, block, nu)
             if block is None:
@@ -112,10 +121,28 @@ class ShardedLoader:
             at += p.rows
         return at
 
+    def _request(self, pieces: list[plan.Piece]) -> None:
+        """With reader processes: ask them for every block of the epoch not in the cache, in
+        the epoch's order (they decode ahead, in parallel)."""
+        self._requested = set()
+        if not self.processes:
+            return
+        if self._reader is None:
+            from payloads.runtime.procreader import ProcessReader
+
+            self._reader = ProcessReader(self.src.paths, self.names, self._block_bytes,
+                                         self.processes)
+        self._requested = {i for i, p in enumerate(pieces)
+                           if not self.cache.contains((id(self.src), p.block))}
+        self._decoded = self._reader.read_in_order(
+            [self.src.blocks[p.block] for i, p in enumerate(pieces) if i in self._requested])
+
     def _read_stage(self, epochs: list[int], free: queue.Queue, out: queue.Queue) -> None:
         for epoch in epochs:
+            pieces = self.pieces(epoch)
+            self._request(pieces)
             first = 0
-            for w, group in enumerate(plan.windows(self.pieces(epoch), self.window)):
+            for w, group in enumerate(plan.windows(pieces, self.window)):
                 buf = self._get(free)
                 if buf is None:
                     return
@@ -123,6 +150,12 @@ class ShardedLoader:
                 first += len(group)
                 if not self._put(out, (epoch, w, buf, n)):
                     return
+
+    def close(self) -> None:
+        """Stop the reader processes, if any."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     # --- stage 2: shuffle and cut -----------------------------------------------------------
     def _shuffle_stage(self, windows: queue.Queue, free: queue.Queue, out: queue.Queue) -> None:

@@ -55,7 +55,15 @@ def _loader(src: H5Source, cfg: TrialConfig, shuffle: bool, **common: Any) -> An
                         pad_value=float(cfg.training.get("pad_value", 0.0)), **common)
 
 
-def open_data(cfg: TrialConfig, rank: int, ranks: int) -> Data:
+def reader_processes(option: Any, plan: threads.ThreadPlan, device: str) -> int:
+    """``training.reader_processes``: a number, or ``auto``: on a GPU the rank's other cores
+    decode HDF5 (up to 4); on a CPU the cores train, so reading stays in a thread."""
+    if option not in (None, "auto"):
+        return max(0, int(option))
+    return min(4, plan.per_rank - 1) if device.startswith("GPU") else 0
+
+
+def open_data(cfg: TrialConfig, rank: int, ranks: int, processes: int = 0) -> Data:
     t = cfg.training
     train = H5Source(cfg.data["train"], _columns(cfg))
     val = H5Source(cfg.data["validation"], _columns(cfg)) if cfg.data["validation"] else None
@@ -67,7 +75,7 @@ def open_data(cfg: TrialConfig, rank: int, ranks: int) -> Data:
     common = dict(batch=int(t["batch_size"]), rank=rank, ranks=ranks, seed=cfg.seed,
                   window=int(t["shuffle_buffer_chunks"]), prefetch=int(t["prefetch_batches"]),
                   cache=cache)
-    tl = _loader(train, cfg, True, **common)
+    tl = _loader(train, cfg, True, processes=processes, **common)
     vl = _loader(val, cfg, False, **common) if val else None
     if tl.steps_per_epoch == 0:
         raise PayloadFailure(f"data.train has {train.total_rows} rows: fewer than one per rank "
@@ -115,11 +123,13 @@ def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
     policy = gpu.precision_policy(cfg.training.get("mixed_precision"), device)
     tf.keras.mixed_precision.set_global_policy(policy)
     tf.keras.utils.set_random_seed(cfg.seed % 2**31)
+    procs = reader_processes(cfg.training.get("reader_processes"), plan, device)
     if hvd.rank() == 0:
-        log.info("trial %s/%s: %d ranks, device %s, precision %s, threads %s", cfg.study,
-                 cfg.trial_number, hvd.size(), device, policy, plan.as_dict())
+        log.info("trial %s/%s: %d ranks, device %s, precision %s, threads %s, HDF5 reader "
+                 "processes per rank %d", cfg.study, cfg.trial_number, hvd.size(), device,
+                 policy, plan.as_dict(), procs)
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
-    data = open_data(cfg, hvd.rank(), hvd.size())
+    data = open_data(cfg, hvd.rank(), hvd.size(), procs)
     try:
         from payloads.runtime.fit import fit_and_finish
 
@@ -129,5 +139,7 @@ def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
             raise data.first_error() from None
         raise
     finally:
+        for ld in data.loaders:
+            ld.close()
         for s in data.sources:
             s.close()

@@ -15,6 +15,7 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "shuffle_buffer_chunks": 8, "prefetch_batches": 4, "cache_budget_mb": 1024,
     "cache_compression": "auto", "bucket_by_length": False, "bucket_boundaries": None,
     "checkpoint": True, "adapt_samples": 20000, "verbose": 0, "gradient_compression": "none",
+    "reader_processes": "auto",
 }
 
 

@@ -44,7 +44,9 @@ def test_killed_trial_resumes_at_the_right_epoch(tmp_path: Path) -> None:
     from make_sample_data import make_sample_data
 
     train, val = make_sample_data(tmp_path / "data", n_train=12000, n_val=1000, n_files=2)
-    trial = write_trial(tmp_path, train, val, training={"epochs": 3, "batch_size": 32})
+    # HDF5 decoded in a reader process here: the kill must take it down too, the resume restart it
+    trial = write_trial(tmp_path, train, val, training={"epochs": 3, "batch_size": 32,
+                                                        "reader_processes": 1})
     out = tmp_path / "outputs"
     _kill_after_first_checkpoint(trial, out)
     done = json.loads((out / "checkpoint" / "state.json").read_text())["epoch"]

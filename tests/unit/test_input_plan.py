@@ -145,3 +145,33 @@ def test_clairvoyance_doubles_the_hit_rate_of_a_small_cache_with_two_ranks(
             pass
         rates[policy] = cache.stats()["hit_rate"]
     assert rates["clairvoyant"] > 1.4 * rates["static"], rates
+
+
+def test_reader_processes_give_the_same_batches_as_the_thread(tmp_path: Path) -> None:
+    paths = _files(tmp_path, [900, 450], chunk=100)
+    want = [b[1] for b in _loader(paths, 1, 2, batch=40).batches([0, 1, 2])]
+    loader = _loader(paths, 1, 2, batch=40, processes=2, cache=BlockCache(3 * 1200))
+    try:
+        got = [b[1] for b in loader.batches([0, 1, 2])]
+        again = [b[1] for b in loader.batches([1])]  # a second call reuses the processes
+        assert loader._reader is not None and len(loader._reader.procs) == 2
+    finally:
+        loader.close()
+    assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
+    per_epoch = loader.steps_per_epoch
+    assert all(np.array_equal(a, b) for a, b in zip(again, want[per_epoch:2 * per_epoch]))
+
+
+def test_reader_process_names_a_damaged_file(tmp_path: Path) -> None:
+    paths = _files(tmp_path, [1000], chunk=100)
+    with h5py.File(paths[0]) as f:
+        offset = f["x"].id.get_chunk_info_by_coord((300, 0)).byte_offset
+    with open(paths[0], "r+b") as fh:
+        fh.seek(offset)
+        fh.write(b"\x00garbage" * 20)
+    loader = _loader(paths, 0, 1, batch=64, processes=1)
+    try:
+        with pytest.raises(InputDataError, match="f0.h5.*rows 300-400"):
+            list(loader.batches([0]))
+    finally:
+        loader.close()

@@ -94,3 +94,13 @@ def test_input_bound_reason_names_the_rank_and_the_fix() -> None:
     assert reason is not None and reason.startswith("rank 1 waited 40%")
     assert "cache_budget_mb" in reason
     assert input_bound_reason(combine([fast, fast], 1000), cache) is None
+
+
+def test_reader_processes_only_where_cores_are_free() -> None:
+    from payloads.runtime.session import reader_processes
+
+    plan = threads.plan_threads(16, 2)  # 8 cores per rank
+    assert reader_processes("auto", plan, "GPU:0") == 4
+    assert reader_processes("auto", plan, "CPU") == 0
+    assert reader_processes("auto", threads.plan_threads(2, 2), "GPU:0") == 0
+    assert reader_processes(3, plan, "CPU") == 3
