@@ -132,7 +132,8 @@ class Campaign:
     def submit(self, trial: Trial) -> None:
         """Record the submission, write the trial file, then hand it to the executor."""
         trial = self.store.update_trial(trial.id, state="submitted", attempts=trial.attempts + 1,
-                                        started=now(), error=None, external_id=None)
+                                        started=now(), error=None, external_id=None,
+                                        last_heartbeat=None)  # the last attempt's is stale
         workdir = self._workdir(trial)
         req = planner.task_request(self.loaded, self.study, trial, workdir)
         self._write_trial_file(trial, req.trial_file, workdir)

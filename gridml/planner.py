@@ -14,7 +14,7 @@ from typing import Any
 
 from gridml import __version__
 from gridml.executors.base import TaskRequest
-from gridml.spec import LoadedSpec
+from gridml.spec import LoadedSpec, parse_walltime
 from gridml.store import Study, Trial
 
 CONTRACT_VERSION = 1
@@ -56,7 +56,8 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
         "seed": trial_seed(spec.search.seed, trial.number),
         "resources": {"cores": spec.resources.cores, "gpus": spec.resources.gpus},
         "api": api,
-        "heartbeat_s": 30,
+        # a few heartbeats per timeout, so a healthy trial is never taken for a hung one
+        "heartbeat_s": max(1, min(30, parse_walltime(spec.backend.heartbeat_timeout) // 3)),
         "early_stopping": spec.search.early_stopping is not None,
         "provenance": {"spec": loaded.resolved(), "spec_hash": loaded.hash,
                        "gridml_version": __version__, "git": git, "inputs": inputs},

@@ -10,4 +10,13 @@ export PATH="$here/.venv/bin:$PATH"
 # The environment is shared by every clone; its editable install points at the clone that ran
 # setup last. PYTHONPATH makes this clone's code win, in this process and every child.
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-exec python -m pytest -p no:cacheprovider --timeout=1200 --durations=25 "${@:-tests}"
+# One throwaway PostgreSQL for the whole run, on a free port in a folder of its own (so two runs
+# on one machine never share or stop each other's); the store/API/server tests use it.
+if [ -z "${GRIDML_TEST_PG_URL:-}" ] && [ "${GRIDML_TEST_PG:-1}" != 0 ]; then
+  pgdir="$(mktemp -d /tmp/gridml-test-pg.XXXXXX)"
+  pgport="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  GRIDML_TEST_PG_URL="$(bash scripts/postgres.sh start "$pgdir" "$pgport")"
+  export GRIDML_TEST_PG_URL
+  trap 'bash scripts/postgres.sh stop "$pgdir" >/dev/null 2>&1; rm -rf "$pgdir"' EXIT
+fi
+python -m pytest -p no:cacheprovider --timeout=1200 --durations=25 "${@:-tests}"
