@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gridml import planner
 from gridml.data.base import DataManager, FileInfo
 from gridml.errors import ConflictError, GridmlError
 from gridml.executors.base import Executor, TaskStatus
+from gridml.search.study import objective_of
 from gridml.spec import LoadedSpec, parse_walltime
 from gridml.store import ACTIVE_STATES, EpochReport, MetricsStore, Study, Trial
 
@@ -28,16 +29,7 @@ log = logging.getLogger("gridml.controller")
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
-    """The trial's objective: the objective metric of its last reported epoch."""
-    for report in reversed(epochs):
-        value = report.metrics.get(metric)
-        if value is not None and math.isfinite(value):
-            return float(value)
-    return None
+    return datetime.now(UTC)
 
 
 def ensure_study(store: MetricsStore, loaded: LoadedSpec) -> Study:
@@ -117,16 +109,10 @@ class Campaign:
 
     def propose(self, n: int, trials: list[Trial]) -> list[dict[str, Any]]:
         """Rebuild the searcher from the stored observations and ask it for ``n`` points."""
-        from gridml import search
+        from gridml.search.study import propose
 
-        s = self.spec.search
-        searcher = search.create(s.algorithm, {k: v.model_dump(exclude_none=True) for k, v in s.space.items()},
-                                 seed=s.seed, direction=s.direction, **s.options)
-        done = [t for t in trials if t.state in ("completed", "pruned", "failed")]
-        searcher.tell([t.hparams for t in done], [t.objective if t.state != "failed" else None for t in done])
-        pending = [t.hparams for t in trials if t.state in ACTIVE_STATES]
-        points = searcher.ask(n, pending=pending)
-        self._exhausted = bool(getattr(searcher, "exhausted", False)) and len(points) < n
+        points, exhausted = propose(self.spec.search.model_dump(mode="json"), trials, n)
+        self._exhausted = exhausted and len(points) < n
         return points
 
     def submit(self, trial: Trial) -> None:
@@ -203,14 +189,14 @@ class Campaign:
         if last is None:
             return False
         if last.tzinfo is None:
-            last = last.replace(tzinfo=timezone.utc)
+            last = last.replace(tzinfo=UTC)
         return (now() - last).total_seconds() > parse_walltime(self.spec.backend.heartbeat_timeout)
 
     def finalize(self, trial: Trial, status: TaskStatus) -> None:
         outputs = self._workdir(trial) / "outputs"
         self.ingest_spool(trial, outputs / "metrics.jsonl")
         epochs = self.store.list_epochs(trial.id)
-        objective = objective_of(epochs, self.spec.search.objective)
+        objective = objective_of(epochs, self.spec.search.objective)  # (gridml.search.study)
         result = _read_json(outputs / "result.json")
         if status.state == "completed" and objective is not None:
             state = "pruned" if result.get("state") == "pruned" else "completed"

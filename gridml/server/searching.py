@@ -10,10 +10,9 @@ import math
 from typing import Any
 
 from gridml.errors import GridmlError, SearchError, SpecError
+from gridml.search.study import objective_of  # noqa: F401  (the one definition; routes use it)
 from gridml.server.db import SqlStore
-from gridml.store import EpochReport, Study, Trial
-
-ACTIVE = ("queued", "submitted", "running")
+from gridml.store import Study
 
 
 def search_section(study: Study) -> dict[str, Any]:
@@ -24,47 +23,18 @@ def search_section(study: Study) -> dict[str, Any]:
     return search
 
 
-def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
-    """The last epoch's value of the objective metric (None if never reported)."""
-    for report in reversed(epochs):
-        value = report.metrics.get(metric)
-        if value is not None:
-            return value
-    return None
-
-
-def observations(trials: list[Trial]) -> tuple[list[dict], list[float | None], list[dict]]:
-    """(told points, their values, pending points); failed trials are told as None."""
-    points, values, pending = [], [], []
-    for trial in trials:
-        if trial.state in ACTIVE:
-            pending.append(trial.hparams)
-        elif trial.state in ("completed", "pruned", "failed"):
-            points.append(trial.hparams)
-            ok = trial.objective is not None and math.isfinite(trial.objective)
-            values.append(trial.objective if ok and trial.state != "failed" else None)
-    return points, values, pending
-
-
 def ask(store: SqlStore, study: Study, n: int) -> tuple[list[dict], bool]:
     """``n`` points from the study's searcher, rebuilt from the stored observations."""
-    from gridml import search as engine  # lazy: heavy (skopt) and written separately
+    from gridml.search import study as engine  # lazy: the searchers import skopt
 
     cfg = search_section(study)
-    points, values, pending = observations(store.list_trials(study.id))
     try:
-        searcher = engine.create(cfg.get("algorithm", "random"), cfg["space"],
-                                 seed=int(cfg.get("seed") or 0),
-                                 direction=cfg.get("direction", "minimize"))
-        if points:
-            searcher.tell(points, values)
-        proposed = searcher.ask(n, pending=pending)
+        return engine.propose(cfg, store.list_trials(study.id), n)
     except GridmlError:
         raise
     except Exception as exc:  # a searcher bug or a space it cannot handle: say so, not 500
         raise SearchError(f"the searcher of study '{study.name}' failed: {exc!r}",
                           hint="check search.algorithm and search.space of the spec") from exc
-    return proposed, bool(getattr(searcher, "exhausted", False))
 
 
 def should_stop(store: SqlStore, study: Study, trial_id: int) -> tuple[bool, str]:
