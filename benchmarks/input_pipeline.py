@@ -10,6 +10,8 @@ in a temporary directory, then reads one epoch three ways, side by side in this 
 and prints samples/s (best of --repeat interleaved passes: the machine is shared) and the
 ratios (goal: gridml >= 0.9x raw and >= 5x naive). The file is
 read from the page cache (written just before); the file is deleted at the end.
+The gridml loader is also run with 2 HDF5 reader processes (``training.reader_processes``,
+``auto`` on GPU nodes): gzip decoding in parallel despite h5py's lock.
 Then, on the sample data, the loader's RAM cache: none vs raw vs blosc2-compressed.
 
     python benchmarks/input_pipeline.py [--size-gb 2.1] [--compression none|gzip|both]
@@ -29,9 +31,9 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from payloads.runtime.cache import BlockCache  # noqa: E402
-from payloads.runtime.h5source import H5Source  # noqa: E402
-from payloads.runtime.inputs import ShardedLoader  # noqa: E402
+from payloads.runtime.cache import BlockCache
+from payloads.runtime.h5source import H5Source
+from payloads.runtime.inputs import ShardedLoader
 
 COLS, CHUNK, BATCH = 64, 8192, 256
 
@@ -74,7 +76,7 @@ def _count_tf(loader: ShardedLoader, take: int = -1) -> int:
                          lambda c, b: c + tf.shape(b[1], out_type=tf.int64)[0]))
 
 
-def gridml(path: Path, via_tf: bool) -> tuple[int, float, float]:
+def gridml(path: Path, via_tf: bool, processes: int = 0) -> tuple[int, float, float]:
     """One shuffled epoch; through tf.data it is consumed in-graph (``reduce``), as Keras'
     training loop consumes it, not by a Python loop over eager tensors (after a warm-up that
     pays TensorFlow's one-time start: graph building, thread pools)."""
@@ -82,11 +84,15 @@ def gridml(path: Path, via_tf: bool) -> tuple[int, float, float]:
 
     def make() -> ShardedLoader:
         return ShardedLoader(src, ["x"], "y", batch=BATCH, seed=1, window=8, prefetch=8,
-                             cache=BlockCache(0))
+                             cache=BlockCache(0), processes=processes)
 
     if via_tf:
-        _count_tf(make(), take=10)
+        warm = make()
+        _count_tf(warm, take=10)
+        warm.close()
     loader = make()
+    if processes:  # start the reader processes before the clock (a trial starts them once)
+        loader._request([])
     t0, n = time.perf_counter(), 0
     if via_tf:
         n = _count_tf(loader)
@@ -94,6 +100,7 @@ def gridml(path: Path, via_tf: bool) -> tuple[int, float, float]:
         for x, _ in loader.batches([0]):
             n += len(x)
     dt = time.perf_counter() - t0
+    loader.close()
     src.close()
     return n, dt, loader.wait_s
 
@@ -131,7 +138,7 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int) ->
         print(f"\n## {compression or 'uncompressed'}: {rows:,} rows x {COLS} float32, file "
               f"{gb:.2f} GB on disk ({rows * (COLS + 1) * 4 / 1e9:.2f} GB decoded), written in "
               f"{time.perf_counter() - t0:.0f} s")
-        res = {"raw": 0.0, "gridml": 0.0, "gridml_tf": 0.0}
+        res = {"raw": 0.0, "gridml": 0.0, "gridml_tf": 0.0, "gridml_procs": 0.0}
         for _ in range(repeat):  # interleaved, best of `repeat`: the machine is shared
             n, dt = raw(path)
             res["raw"] = max(res["raw"], n / dt)
@@ -139,6 +146,8 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int) ->
             res["gridml"] = max(res["gridml"], n / dt)
             n, dt, _w = gridml(path, True)
             res["gridml_tf"] = max(res["gridml_tf"], n / dt)
+            n, dt, _w = gridml(path, True, processes=2)
+            res["gridml_procs"] = max(res["gridml_procs"], n / dt)
         n, dt = naive(path, naive_s)
         res["naive"] = n / dt
         _print(res)
@@ -176,10 +185,11 @@ def cache_modes(rows: int) -> None:
 
 
 def _print(r: dict[str, float]) -> None:
-    print(f"| reader | samples/s | vs raw | vs naive |\n|---|---|---|---|")
+    print("| reader | samples/s | vs raw | vs naive |\n|---|---|---|---|")
     for k, label in (("raw", "raw sequential whole chunks (h5py)"),
                      ("gridml", "gridml loader, shuffled epoch (numpy batches)"),
                      ("gridml_tf", "gridml loader, shuffled epoch, through tf.data"),
+                     ("gridml_procs", "same, HDF5 decoded by 2 reader processes"),
                      ("naive", "naive per-sample h5py generator in tf.data")):
         print(f"| {label} | {r[k]:,.0f} | {r[k] / r['raw']:.2f}x | {r[k] / r['naive']:,.1f}x |")
 
