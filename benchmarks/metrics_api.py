@@ -265,7 +265,7 @@ def _settle(http: Any, run_id: str) -> None:
         try:
             ok = ok + 1 if http.post("/api/2.0/mlflow/runs/log-batch", json=body,
                                      timeout=30).status_code == 200 else 0
-        except Exception:  # noqa: BLE001 - connection refused while a worker boots
+        except Exception:
             ok = 0
             time.sleep(1)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -22,9 +22,9 @@ _state: dict[str, Any] = {"debug": False}
 
 @app.callback()
 def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
-          server: Optional[str] = typer.Option(None, "--server", envvar="GRIDML_SERVER",
+          server: str | None = typer.Option(None, "--server", envvar="GRIDML_SERVER",
                                                help="URL of a `gridml serve` (default: the local store)"),
-          token: Optional[str] = typer.Option(None, "--token", envvar="GRIDML_TOKEN",
+          token: str | None = typer.Option(None, "--token", envvar="GRIDML_TOKEN",
                                               help="study token for a remote server")) -> None:
     _state.update(debug=debug, server=server, token=token)
 
@@ -78,7 +78,7 @@ def validate(spec: Path = typer.Argument(..., help="training spec (YAML)")) -> N
 
 @app.command()
 def init(name: str = typer.Argument(..., help="study name"),
-         output: Optional[Path] = typer.Option(None, "-o", "--output", help="default NAME.yaml")) -> None:
+         output: Path | None = typer.Option(None, "-o", "--output", help="default NAME.yaml")) -> None:
     """Write a commented spec to start from (templates/spec.yaml)."""
     import re
 
@@ -163,7 +163,7 @@ def _run(loaded: Any, dm: Any, quiet: bool) -> None:
         study, store = runner.run_local(loaded, dm, quiet=quiet)
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted[/]: trials stopped; continue with `gridml resume {loaded.spec.name}`")
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     doc = study_document(store, study, settings().runs_dir)
     best = doc["study"]["best"]
     if best is None:
@@ -185,8 +185,8 @@ def _study_doc(study: str) -> dict[str, Any]:
 
 
 @app.command()
-def status(study: Optional[str] = typer.Argument(None, help="study name or id; none: list studies"),
-           trial: Optional[int] = typer.Option(None, "--trial", help="one trial's epochs and profile"),
+def status(study: str | None = typer.Argument(None, help="study name or id; none: list studies"),
+           trial: int | None = typer.Option(None, "--trial", help="one trial's epochs and profile"),
            as_json: bool = typer.Option(False, "--json", help="stable JSON (see README)")) -> None:
     """Trials of a study: state, hyperparameters, epochs, objective, time per epoch."""
     if study is None:
@@ -279,9 +279,9 @@ def best(study: str = typer.Argument(..., help="study name or id"),
 @app.command()
 def fetch(study: str = typer.Argument(..., help="study name or id"),
           best_: bool = typer.Option(False, "--best", help="the best trial"),
-          trial: Optional[int] = typer.Option(None, "--trial", help="this trial number"),
+          trial: int | None = typer.Option(None, "--trial", help="this trial number"),
           output: Path = typer.Option(..., "-o", "--output", help="folder to write into"),
-          backend: Optional[str] = typer.Option(None, "--backend", help="data backend (default: the study's)")) -> None:
+          backend: str | None = typer.Option(None, "--backend", help="data backend (default: the study's)")) -> None:
     """Retrieve a trial's model, plots and metrics from the data store."""
     if best_ == (trial is not None):
         raise UsageError("say which trial: --best or --trial N (one of them)")
@@ -305,7 +305,7 @@ def scale(spec: Path = typer.Argument(..., help="training spec (YAML)"),
           workers: str = typer.Option("1,2", "--workers", help="rank counts, e.g. 1,2,4"),
           batch: str = typer.Option("global", "--batch", help="keep the global batch fixed, or the per-rank one",
                                     case_sensitive=False),
-          hparams: Optional[str] = typer.Option(None, "--hparams", help="JSON point; default: middle of the space"),
+          hparams: str | None = typer.Option(None, "--hparams", help="JSON point; default: middle of the space"),
           as_json: bool = typer.Option(False, "--json")) -> None:
     """Scaling study: the same training over 1, 2, ... Horovod ranks (GPUs on GPU nodes, cores here)."""
     from gridml.scale import parse_workers, run_scaling

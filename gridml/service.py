@@ -84,7 +84,7 @@ class CampaignService:
         while not self._stop.is_set():
             try:
                 self.run_once()
-            except Exception:  # noqa: BLE001 - the service must outlive any one bad cycle
+            except Exception:
                 log.exception("controller cycle failed")
             self._stop.wait(self.poll_s)
 

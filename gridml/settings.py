@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 
@@ -32,7 +32,7 @@ class Settings:
         return os.environ.get("GRIDML_DATA_BACKEND", "local")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached(home: str) -> Settings:
     path = Path(home).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)

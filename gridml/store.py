@@ -76,7 +76,7 @@ class EpochReport:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "EpochReport":
+    def from_json(cls, d: dict[str, Any]) -> EpochReport:
         return cls(
             epoch=int(d["epoch"]), metrics={k: float(v) for k, v in d["metrics"].items()},
             epoch_time=float(d["epoch_time"]), samples_per_s=d.get("samples_per_s"),

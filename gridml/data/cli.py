@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 data_app = typer.Typer(help="Datasets and files by DID (scope:name): put, ls, get.",
                        no_args_is_help=True)
 
-BackendOpt = Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
+BackendOpt = Annotated[str | None, typer.Option(
     "--backend", "-b", help="local | rucio (default: $GRIDML_DATA_BACKEND or local)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output (docs/data.md)")]
 
@@ -58,8 +58,8 @@ def _parse_meta(items: list[str]) -> dict[str, Any]:
 @data_app.command("put")
 def put(files: Annotated[list[Path], typer.Argument(help="files to upload", show_default=False)],
         dataset: Annotated[str, typer.Option("--dataset", "-d", help="SCOPE:NAME to upload into")],
-        rse: Annotated[str | None, typer.Option(help="RSE to write to (rucio)")] = None,  # noqa: UP007
-        meta: Annotated[list[str] | None, typer.Option(  # noqa: UP007
+        rse: Annotated[str | None, typer.Option(help="RSE to write to (rucio)")] = None,
+        meta: Annotated[list[str] | None, typer.Option(
             "--meta", help="key=value metadata set on each file (repeatable)")] = None,
         backend: BackendOpt = None, as_json: JsonOpt = False) -> None:
     """Upload FILE... into the dataset SCOPE:NAME (created if missing) as SCOPE:<file name>."""

@@ -114,7 +114,7 @@ def call(fn: Callable[[], T], *, action: str, did: DID | str | None, where: str,
     for attempt in range(retries + 1):
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - this *is* the boundary that classifies them
+        except Exception as exc:
             if attempt < retries and is_transient(exc):
                 log.warning("%s %s: %s; retrying in %.1f s (%d/%d)", action, did or "",
                             _details(exc), wait, attempt + 1, retries)

@@ -44,7 +44,7 @@ class EpochBatcher:
             items = [(trial_id, report) for trial_id, report, _ in batch]
             try:
                 results = await loop.run_in_executor(None, self.store.record_epochs, items)
-            except Exception as exc:  # noqa: BLE001 - failed transaction: tell every waiter
+            except Exception as exc:
                 results = [exc] * len(batch)
             for (_, _, future), result in zip(batch, results):
                 if future.done():

@@ -6,7 +6,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from gridml.errors import SpecError
 from gridml.spec import checks

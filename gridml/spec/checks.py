@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from gridml.errors import GridmlError
 from gridml.spec.loader import Loc, located

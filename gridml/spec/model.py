@@ -65,7 +65,7 @@ class Dimension(_Strict):
     conditional: dict[str, Any] | None = Field(None, description="exists only when {param: value}")
 
     @model_validator(mode="after")
-    def _check(self) -> "Dimension":
+    def _check(self) -> Dimension:
         if self.type == "categorical":
             if not self.choices:
                 raise ValueError("choices: categorical needs a non-empty list of choices")
@@ -100,7 +100,7 @@ class Search(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="searcher options, e.g. grid_points")
 
     @model_validator(mode="after")
-    def _check(self) -> "Search":
+    def _check(self) -> Search:
         if self.parallel > self.max_trials:
             raise ValueError(f"parallel: {self.parallel} is more than max_trials "
                              f"({self.max_trials}); lower parallel to at most {self.max_trials}")
@@ -181,7 +181,7 @@ class Spec(_Strict):
     output: Output = Field(default_factory=Output)
 
     @model_validator(mode="after")
-    def _workers_fit(self) -> "Spec":
+    def _workers_fit(self) -> Spec:
         if self.training.workers > self.resources.cores and self.resources.gpus == 0:
             raise ValueError(
                 f"training.workers: {self.training.workers} Horovod ranks but resources.cores is "

@@ -7,4 +7,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rucio"))
 
-from rucio_fixtures import rucio_env, rucio_server, rucio_store  # noqa: E402,F401
+from rucio_fixtures import rucio_env, rucio_server, rucio_store  # noqa: F401

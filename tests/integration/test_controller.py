@@ -76,7 +76,7 @@ def test_finished_trials_are_ingested_stored_and_the_budget_is_kept(world: dict)
     c = campaign(world)
     c.step()
     store = world["store"]
-    for round_ in range(2):
+    for _ in range(2):
         for t in store.list_trials(c.study.id, states=("running",)):
             finish(world, c, t.number, val_loss=0.5 - 0.1 * t.number)
             c.finalize(t, TaskStatus("completed"))

@@ -208,7 +208,7 @@ def _try(fn, *args) -> object:  # type: ignore[no-untyped-def]
     try:
         fn(*args)
         return True
-    except Exception as exc:  # noqa: BLE001 - reported back to the test thread
+    except Exception as exc:
         return exc
 
 

@@ -193,7 +193,7 @@ class Jedi:
                     stream = pilot._PLACEHOLDER.search(item["value"]).group(1)  # type: ignore[union-attr]
                     task.streams[stream] = self._files(item)
                     task.datasets[stream] = item["dataset"]
-        except Exception as exc:  # noqa: BLE001 - JEDI's refiner breaks the task on any problem
+        except Exception as exc:
             task.error = f"failed to define the task: {exc}"
             return task.set("broken")
         task.set("defined")
