@@ -28,7 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -53,7 +54,7 @@ class _Timer:
     def __init__(self, it: Any) -> None:
         self.it, self.wait = it, 0.0
 
-    def __iter__(self) -> "_Timer":
+    def __iter__(self) -> _Timer:
         return self
 
     def __next__(self) -> Any:

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gridml payload error: interrupted", file=sys.stderr, flush=True)
         return 130
-    except Exception as e:  # noqa: BLE001 - the one place unexpected errors become one line
+    except Exception as e:
         traceback.print_exc()
         reason = " ".join(str(e).split())[:400]
         print(f"gridml payload error: {type(e).__name__}: {reason}", file=sys.stderr, flush=True)

@@ -24,13 +24,14 @@ from __future__ import annotations
 import heapq
 import math
 import threading
-from typing import Any, Hashable
+from typing import Any
+from collections.abc import Hashable
 
 import numpy as np
 
 try:  # optional dependency
     import blosc2  # type: ignore
-except Exception:  # noqa: BLE001 - any import problem means "not available"
+except Exception:
     blosc2 = None
 
 NEVER = math.inf  # next use beyond what the loader can see

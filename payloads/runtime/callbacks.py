@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tensorflow import keras
 

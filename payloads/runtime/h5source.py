@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import h5py
 import numpy as np
@@ -105,7 +106,7 @@ class H5Source:
             for n in self.names:
                 if d[n].size:
                     d[n].read_direct(out[n], np.s_[a:a + hi - lo], np.s_[at:at + hi - lo])
-        except Exception as e:  # noqa: BLE001 - see read()
+        except Exception as e:
             raise self._damaged(block.file, a, a + hi - lo, e) from None
 
     def _damaged(self, i: int, start: int, stop: int, e: BaseException) -> InputDataError:
@@ -127,7 +128,7 @@ class H5Source:
         for f in self.files:
             try:
                 f.close()
-            except Exception:  # noqa: BLE001 - closing a damaged file must not hide the real error
+            except Exception:
                 pass
 
     def describe(self) -> dict[str, Any]:

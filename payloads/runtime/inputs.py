@@ -17,7 +17,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -223,7 +224,7 @@ class ShardedLoader:
         try:
             fn(*args)
             self._put(out, _END)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+        except BaseException as e:
             self._put(out, _Failed(e))
 
     def _queue_depth(self) -> int:

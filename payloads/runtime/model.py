@@ -23,7 +23,7 @@ def load_build_model(path: Path) -> Any:
     try:
         spec.loader.exec_module(module)  # type: ignore[union-attr]
     except Exception as e:
-        raise PayloadFailure(f"model file {path} failed to import: {type(e).__name__}: {e}")
+        raise PayloadFailure(f"model file {path} failed to import: {type(e).__name__}: {e}") from e
     fn = getattr(module, "build_model", None)
     if not callable(fn):
         raise PayloadFailure(f"model file {path} defines no build_model(hparams, input_shape)")

@@ -13,7 +13,7 @@ the blocks of an epoch ahead of time in exactly this order (clairvoyant prefetch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -15,7 +15,8 @@ import os
 import queue
 from collections import deque
 from multiprocessing import shared_memory
-from typing import Any, Iterable, Iterator
+from typing import Any
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -49,7 +50,7 @@ def _worker(paths: list[str], names: list[str], shm_name: str, slot_bytes: int,
                 f = files.get(file) or files.setdefault(file, h5py.File(paths[file], "r"))
                 results.put((seq, slot, _read(f, names, shm, slot * slot_bytes, start, stop),
                              None))
-            except Exception as e:  # noqa: BLE001 - reported to the loader, which raises it
+            except Exception as e:
                 results.put((seq, slot, None, f"{type(e).__name__}: {' '.join(str(e).split())}"))
     finally:
         for f in files.values():

@@ -53,7 +53,7 @@ class RaggedLoader(ShardedLoader):
                 off = self.offsets[b.file][r]
                 try:
                     parts.append(self.values[b.file][r][off[b.start + p.lo]:off[b.start + p.hi]])
-                except Exception as e:  # noqa: BLE001 - damaged chunk: name the file
+                except Exception as e:
                     raise self.src._damaged(b.file, b.start + p.lo, b.start + p.hi, e) from None
             out[r] = np.concatenate(parts) if parts else self.values[0][r][:0]
         return out
@@ -109,7 +109,7 @@ class RaggedLoader(ShardedLoader):
         longest = np.max([rows[f"{r}_lengths"] for r in self.ragged], axis=0)
         return perm[np.argsort(longest[perm], kind="stable")]
 
-    def _pad(self, win: "_Window", rows: np.ndarray) -> Arrays:
+    def _pad(self, win: _Window, rows: np.ndarray) -> Arrays:
         """One batch as a slab of k=1, ragged features padded to the batch's longest event."""
         b = {k: a[rows] for k, a in win.rows.items()}
         for r in self.ragged:
@@ -144,11 +144,11 @@ class _Window:
     def n(self) -> int:
         return len(next(iter(self.rows.values())))
 
-    def take(self, idx: np.ndarray) -> "_Window":
+    def take(self, idx: np.ndarray) -> _Window:
         return _Window({k: a[idx] for k, a in self.rows.items()}, self.values, self.ragged,
                        {r: s[idx] for r, s in self.starts.items()})
 
-    def concat(self, other: "_Window") -> "_Window":
+    def concat(self, other: _Window) -> _Window:
         rows = {k: np.concatenate([a, other.rows[k]]) for k, a in self.rows.items()}
         values = {r: np.concatenate([self.values[r], other.values[r]]) for r in self.ragged}
         starts = {r: np.concatenate([self.starts[r], other.starts[r] + len(self.values[r])])

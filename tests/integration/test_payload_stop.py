@@ -31,13 +31,13 @@ class _StopAfterFirst(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         if self.path.endswith("/epochs"):
             self.epochs.append(body["epoch"])
         self._reply(201, {})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._reply(200, {"stop": 1 in self.epochs, "reason": "worse than the median"})
 
 

@@ -6,7 +6,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -38,7 +39,7 @@ class _Server:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 srv.calls.append(("POST", self.path, self.headers.get("Authorization")))
                 if self.path.endswith("/heartbeat"):
@@ -53,7 +54,7 @@ class _Server:
                 srv.epochs[body["epoch"]] = body
                 self._reply(201 if old is None else 200, {"stored": old is None})
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 srv.calls.append(("GET", self.path, self.headers.get("Authorization")))
                 self._reply(200, {"stop": srv.stop, "reason": "median rule"})
 
