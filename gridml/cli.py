@@ -239,10 +239,11 @@ def _trial_status(study: str, doc: dict[str, Any], number: int, as_json: bool) -
         table.add_row(str(e["epoch"]), metrics, fmt(e["epoch_time"], ".2f"), fmt(e["samples_per_s"], ".0f"),
                       fmt(e["input_wait_frac"], ".1%"), fmt(e["peak_rss_mb"], ".0f"), fmt(e["threads"], "d"))
     out.print(table)
-    if summary["input_bound"]:
-        out.print(f"[yellow]input-bound[/]: {summary['input_wait_frac']:.0%} of each epoch waited on input "
-                  "(> 20%): raise training.options.prefetch_batches or the cache budget, or prepare the "
-                  "data into larger chunks")
+    if summary["input_bound"] or summary["input_bound_reason"]:
+        reason = summary["input_bound_reason"] or (
+            f"{summary['input_wait_frac']:.0%} of each epoch waited on input (> 20%): raise "
+            "training.options.prefetch_batches or cache_budget_mb, or prepare the data into larger chunks")
+        out.print(f"[yellow]input-bound[/]: {reason}", soft_wrap=True)
     if summary["error"]:
         out.print(f"[red]error[/]: {summary['error']}")
 

@@ -50,7 +50,7 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
             "mixed_precision": tr.mixed_precision, **tr.options,
         },
         "data": {"features": spec.data.features, "labels": spec.data.labels,
-                 "train": train, "validation": validation},
+                 "ragged": list(spec.data.ragged), "train": train, "validation": validation},
         "inputs": inputs,
         "output_dir": output_dir,
         "seed": trial_seed(spec.search.seed, trial.number),

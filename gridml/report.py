@@ -27,12 +27,14 @@ def _mean(values: list[float | None]) -> float | None:
 
 def trial_summary(trial: Trial, epochs: list[EpochReport]) -> dict[str, Any]:
     wait = _mean([e.input_wait_frac for e in epochs])
+    reasons = [e.extra.get("input_bound") for e in epochs if e.extra.get("input_bound")]
     return {
         "number": trial.number, "id": trial.id, "state": trial.state, "hparams": trial.hparams,
         "objective": trial.objective, "epochs_done": len(epochs),
         "time_per_epoch": _mean([e.epoch_time for e in epochs]),
         "samples_per_s": _mean([e.samples_per_s for e in epochs]),
         "input_wait_frac": wait, "input_bound": bool(wait is not None and wait > INPUT_BOUND),
+        "input_bound_reason": reasons[-1] if reasons else None,
         "attempts": trial.attempts, "error": trial.error, "source": trial.source,
         "external_id": trial.external_id, "last_heartbeat": _iso(trial.last_heartbeat),
         "started": _iso(trial.started), "finished": _iso(trial.finished), "outputs": trial.outputs,

@@ -36,8 +36,10 @@ class Payload(_Strict):
 class Data(_Strict):
     train: str | list[str] = Field(description="dataset DID(s) scope:name holding HDF5 files")
     validation: str | list[str]
-    features: str = "x"
+    features: str | list[str] = Field("x", description="HDF5 dataset name(s) of the inputs")
     labels: str = "y"
+    ragged: list[str] = Field(default_factory=list, description="variable-length features, stored "
+                              "as <name>_values + <name>_lengths (as `gridml prepare` writes them)")
 
     def dids(self, which: str) -> list[str]:
         value = getattr(self, which)
