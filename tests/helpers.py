@@ -72,3 +72,17 @@ def write_spec(path: Path, name: str, train: str, val: str, **overrides: str) ->
     sections.update(overrides)
     path.write_text(f"name: {name}\n" + "".join(sections.values()))
     return path
+
+
+def register_tiny_datasets(store: Any, tmp: Path, scope: str, rows: int = 8) -> tuple[str, str]:
+    """Two tiny HDF5 datasets (train, val) in ``store``, for tests that run no training."""
+    import h5py
+    import numpy as np
+
+    for which in ("train", "val"):
+        f = tmp / f"{which}.h5"
+        with h5py.File(f, "w") as h5:
+            h5["x"] = np.zeros((rows, 3), "f4")
+            h5["y"] = np.zeros(rows, "f4")
+        store.upload([f], f"{scope}:{which}")
+    return f"{scope}:train", f"{scope}:val"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from gridml.controller import Campaign, objective_of
@@ -21,20 +20,13 @@ from gridml.executors.dryrun import DryRunExecutor
 from gridml.server.db import open_store
 from gridml.spec import load_spec
 from gridml.store import EpochReport
-from tests.helpers import write_spec
+from tests.helpers import register_tiny_datasets, write_spec
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> dict:
-    import h5py
-
     data = LocalStore(tmp_path / "store")
-    for which in ("train", "val"):
-        f = tmp_path / f"{which}.h5"
-        with h5py.File(f, "w") as h5:
-            h5["x"] = np.zeros((10, 3), "f4")
-            h5["y"] = np.zeros(10, "f4")
-        data.upload([f], f"user.t:{which}")
+    register_tiny_datasets(data, tmp_path, "user.t")
     spec = write_spec(tmp_path / "spec.yaml", "ctl", "user.t:train", "user.t:val")
     loaded = load_spec(spec, did_exists=data.exists)
     store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")

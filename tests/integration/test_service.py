@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 
 from gridml.client import ApiClient
 from gridml.data.local import LocalStore
@@ -13,19 +12,11 @@ from gridml.server.embedded import EmbeddedServer
 from gridml.service import CampaignService
 from gridml.settings import settings
 from gridml.spec import load_spec
-from tests.helpers import write_spec
+from tests.helpers import register_tiny_datasets, write_spec
 
 
 def test_registered_study_is_asked_planned_and_submitted(gridml_home: Path, tmp_path: Path) -> None:
-    import h5py
-
-    data = LocalStore(settings().store_dir)
-    for which in ("train", "val"):
-        f = tmp_path / f"{which}.h5"
-        with h5py.File(f, "w") as h5:
-            h5["x"] = np.zeros((8, 3), "f4")
-            h5["y"] = np.zeros(8, "f4")
-        data.upload([f], f"user.s:{which}")
+    register_tiny_datasets(LocalStore(settings().store_dir), tmp_path, "user.s")
     spec = write_spec(tmp_path / "spec.yaml", "grid1", "user.s:train", "user.s:val",
                       backend="backend: {executor: dryrun, data: local, server: embedded}\n")
     loaded = load_spec(spec)
