@@ -11,6 +11,7 @@ import pytest
 from gridml.client import ApiClient
 from gridml.errors import ConflictError, NotFoundError, SpecError, StoreError
 from gridml.store import EpochReport
+from tests.conftest import database
 
 pytestmark = pytest.mark.service
 
@@ -22,30 +23,15 @@ SPEC = {"name": "demo", "search": {
 POINT = {"lr": 0.01, "units": 16, "act": "relu"}
 
 
-@pytest.fixture(scope="module")
-def pg_server():
-    from gridml.server import testing
-
-    yield testing.postgres_url()
-    testing.stop_started_postgres()
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def server(request, tmp_path_factory):
     """The API on a real uvicorn, on SQLite and on PostgreSQL."""
-    from gridml.server import testing
     from gridml.server.embedded import EmbeddedServer
 
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('home') / 'gridml.db'}"
-    elif request.getfixturevalue("pg_server") is None:
-        pytest.skip("no PostgreSQL: set GRIDML_TEST_PG_URL or install postgresql")
-    else:
-        url = testing.create_database(request.getfixturevalue("pg_server"))
-    with EmbeddedServer(url) as srv:
+    sqlite = tmp_path_factory.mktemp("home") / "gridml.db"
+    with database(request.param, request.getfixturevalue("pg_server"), sqlite) as url, \
+            EmbeddedServer(url) as srv:
         yield srv
-    if request.param == "postgresql":
-        testing.drop_database(url)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from gridml.client import ApiClient
 from gridml.store import EpochReport
+from tests.conftest import database
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
@@ -24,27 +25,14 @@ SPEC = {"search": {"algorithm": "random", "objective": "val_loss", "seed": 1,
                              "act": {"type": "categorical", "choices": ["relu", "tanh"]}}}}
 
 
-@pytest.fixture(scope="module")
-def pg_server():
-    from gridml.server import testing
-
-    yield testing.postgres_url()
-    testing.stop_started_postgres()
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def live(request, tmp_path_factory):
     """A server with one study holding two trials with epochs; yields (url, token, ids)."""
-    from gridml.server import testing
     from gridml.server.embedded import EmbeddedServer
 
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'gridml.db'}"
-    elif request.getfixturevalue("pg_server") is None:
-        pytest.skip("no PostgreSQL: set GRIDML_TEST_PG_URL or install postgresql")
-    else:
-        url = testing.create_database(request.getfixturevalue("pg_server"))
-    with EmbeddedServer(url) as srv:
+    sqlite = tmp_path_factory.mktemp("fuzz") / "gridml.db"
+    with database(request.param, request.getfixturevalue("pg_server"), sqlite) as url, \
+            EmbeddedServer(url) as srv:
         owner = ApiClient(srv.url)
         study = owner.create_study("fuzzed", SPEC)
         trials = [owner.enqueue_trial("fuzzed", {"lr": 0.01, "act": a})["id"]
@@ -52,8 +40,6 @@ def live(request, tmp_path_factory):
         for tid in trials:
             owner.post_epoch(tid, EpochReport(1, {"val_loss": 0.5, "loss": 0.4}, 1.0))
         yield srv.url, owner.token, {"study": study["name"], "trial": trials[0]}
-    if request.param == "postgresql":
-        testing.drop_database(url)
 
 
 def _real_ids(case, ids: dict) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gridml.server.process import ServerProcess
+from tests.conftest import database
 
 pytestmark = [pytest.mark.service, pytest.mark.slow, pytest.mark.e2e]
 
@@ -41,27 +42,12 @@ def search(trials: int) -> str:
         """)
 
 
-@pytest.fixture(scope="module")
-def pg_server():
-    from gridml.server import testing
-
-    yield testing.postgres_url()
-    testing.stop_started_postgres()
-
-
 @pytest.fixture
 def db_url(request, tmp_path, monkeypatch):
-    from gridml.server import testing
-
     monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'home' / 'gridml.db'}"
-        return
-    if request.getfixturevalue("pg_server") is None:
-        pytest.skip("no PostgreSQL: set GRIDML_TEST_PG_URL or install postgresql")
-    url = testing.create_database(request.getfixturevalue("pg_server"))
-    yield url
-    testing.drop_database(url)
+    with database(request.param, request.getfixturevalue("pg_server"),
+                  tmp_path / "home" / "gridml.db") as url:
+        yield url
 
 
 def campaign(tmp_path, db_url: str, api_url: str, trials: int, backend: str = ""):

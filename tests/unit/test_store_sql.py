@@ -15,33 +15,16 @@ import pytest
 
 from gridml.errors import ConflictError, NotFoundError, StoreError
 from gridml.store import EpochReport
+from tests.conftest import database
 
 URLS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.service)]
 
 
-@pytest.fixture(scope="module")
-def pg_server():
-    from gridml.server import testing
-
-    url = testing.postgres_url()
-    yield url
-    testing.stop_started_postgres()
-
-
 @pytest.fixture(params=URLS)
 def store_url(request, tmp_path, monkeypatch):
-    from gridml.server import testing
-
     monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'gridml.db'}"
-        return
-    server = request.getfixturevalue("pg_server")
-    if server is None:
-        pytest.skip("no PostgreSQL: set GRIDML_TEST_PG_URL or install postgresql")
-    url = testing.create_database(server)
-    yield url
-    testing.drop_database(url)
+    with database(request.param, request.getfixturevalue("pg_server"), tmp_path / "gridml.db") as url:
+        yield url
 
 
 @pytest.fixture
