@@ -22,6 +22,7 @@ skip NaN/None (failed trials must not poison the model).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -40,7 +41,7 @@ class Searcher(Protocol):
     def exhausted(self) -> bool: ...
 
 
-class BaseSearcher:
+class BaseSearcher(ABC):
     """Stores observations, checks arguments, and keeps proposals new; subclasses propose."""
 
     name: ClassVar[str] = "base"
@@ -94,8 +95,9 @@ class BaseSearcher:
         points = self._propose(int(n), pending, seen)
         return points[:n]
 
+    @abstractmethod
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
-        raise NotImplementedError
+        """Each algorithm's own proposals: up to ``n`` points not in ``seen``."""
 
     # ---- helpers for subclasses -----------------------------------------------------------
     def rng(self, pending: Sequence[Point], salt: int = 0) -> np.random.Generator:
