@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from http.server import BaseHTTPRequestHandler
 import os
 import subprocess
 import sys
@@ -86,3 +87,18 @@ def register_tiny_datasets(store: Any, tmp: Path, scope: str, rows: int = 8) -> 
             h5["y"] = np.zeros(rows, "f4")
         store.upload([f], f"{scope}:{which}")
     return f"{scope}:train", f"{scope}:val"
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """Base for tiny stand-in HTTP peers in payload tests: quiet, JSON replies."""
+
+    def log_message(self, *a: Any) -> None:
+        pass
+
+    def _reply(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

@@ -4,32 +4,22 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.helpers import JsonHandler
 
 from test_payload_train import run_payload, write_trial
 
 pytestmark = pytest.mark.slow
 
 
-class _StopAfterFirst(BaseHTTPRequestHandler):
+class _StopAfterFirst(JsonHandler):
     """Accepts reports; answers should-stop with stop once epoch 1 is stored."""
 
     epochs: list[int] = []
-
-    def log_message(self, *a: Any) -> None:
-        pass
-
-    def _reply(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")

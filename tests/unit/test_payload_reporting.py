@@ -6,10 +6,11 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 from collections.abc import Iterator
 
 import pytest
+
+from tests.helpers import JsonHandler
 
 from payloads.runtime.reporter import HttpApi, Reporter
 from payloads.runtime.spool import Spool
@@ -27,18 +28,7 @@ class _Server:
     def handler(self) -> type[BaseHTTPRequestHandler]:
         srv = self
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a: Any) -> None:
-                pass
-
-            def _reply(self, code: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class H(JsonHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 srv.calls.append(("POST", self.path, self.headers.get("Authorization")))
