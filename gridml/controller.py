@@ -59,6 +59,7 @@ class Campaign:
     study: Study = field(init=False)
     _inputs: dict[str, list[FileInfo]] = field(init=False, default_factory=dict)
     _handles: dict[int, str] = field(init=False, default_factory=dict)
+    _exhausted: bool = field(init=False, default=False)  # the searcher has nothing new left
 
     def __post_init__(self) -> None:
         self.study = ensure_study(self.store, self.loaded)
@@ -90,8 +91,6 @@ class Campaign:
             self.on_cycle(self.study, trials)
         active = [t for t in trials if t.state in ACTIVE_STATES]
         return not active and (len(trials) >= self.spec.search.max_trials or self._exhausted)
-
-    _exhausted = False
 
     # ---- proposing and submitting ---------------------------------------------------------
     def _fill_slots(self, trials: list[Trial]) -> None:
