@@ -154,7 +154,7 @@ def _cpu_seconds(pid: int) -> float:
 # ---------------------------------------------------------------------------------------------
 def _fill_gridml(db_url: str, n: int) -> list[dict[str, Any]]:
     """A study with ``n`` running trials, each with its own trial token (as payloads have)."""
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     store = open_store(db_url)
     study = store.create_study("bench", {"search": {"objective": "val_loss", "space": {}}}, "b")
@@ -183,7 +183,7 @@ def _check_stored(db_url: str, trials: list[dict[str, Any]], result: dict[str, A
     """Every acknowledged report is in the database (the warm-up ones too)."""
     from sqlalchemy import text
 
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     store = open_store(db_url)
     with store.engine.connect() as conn:
@@ -194,7 +194,7 @@ def _check_stored(db_url: str, trials: list[dict[str, Any]], result: dict[str, A
 
 
 def postgres_db(workdir: Path) -> str:
-    from gridml.server import testing
+    from tests import pg as testing
 
     base = testing.postgres_url()
     if base is None:
@@ -313,7 +313,7 @@ def main() -> int:
     if args.generate:
         generate_main(args.generate)
         return 0
-    from gridml.server import testing
+    from tests import pg as testing
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gridml-bench-") as tmp:

@@ -31,14 +31,9 @@ def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 
 def _reader() -> Any:
     """Where studies are read from: the remote server named by --server, or the local store."""
-    if _state.get("server"):
-        from gridml.remote import RemoteStore
+    from gridml.store import open_store
 
-        return RemoteStore(_state["server"], _state.get("token"))
-    from gridml.server.db import open_store
-    from gridml.settings import settings
-
-    return open_store(settings().db_url)
+    return open_store(_state.get("server"), token=_state.get("token"))
 
 
 def _data_manager(backend: str | None) -> Any:
@@ -58,7 +53,7 @@ def _load(spec: Path, check_data: bool = True) -> Any:
     dm = _data_manager(backend) if check_data else None
     loaded = load_spec(spec, did_exists=dm.exists if dm else None)
     if loaded.spec.output.rse or loaded.spec.output.lifetime:
-        from gridml.runner import data_manager_for
+        from gridml.controller import data_manager_for
 
         dm = data_manager_for(loaded.spec)
     return loaded, dm
@@ -145,13 +140,12 @@ def _submit_remote(loaded: Any, server: str) -> None:
 def resume(study: str = typer.Argument(..., help="study name or id"),
            quiet: bool = typer.Option(False, "--quiet")) -> None:
     """Continue a campaign after a crash or Ctrl-C: no trial is submitted twice."""
-    from gridml import runner
-    from gridml.server.db import open_store
-    from gridml.settings import settings
+    from gridml import controller
+    from gridml.store import open_store
 
-    stored = open_store(settings().db_url).get_study(study)
-    loaded = runner.loaded_from_study(stored)
-    _run(loaded, runner.data_manager_for(loaded.spec), quiet)
+    stored = open_store().get_study(study)
+    loaded = controller.loaded_from_study(stored)
+    _run(loaded, controller.data_manager_for(loaded.spec), quiet)
 
 
 def _run(loaded: Any, dm: Any, quiet: bool) -> None:
@@ -342,7 +336,7 @@ def _register_subcommands() -> None:
     except ImportError:
         pass
     try:
-        from gridml.server.cli import serve
+        from gridml.serve import serve
         app.command("serve")(serve)
     except ImportError:
         pass

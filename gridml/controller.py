@@ -21,9 +21,8 @@ from gridml import planner
 from gridml.data.base import DataManager, FileInfo
 from gridml.errors import ConflictError, GridmlError
 from gridml.executors.base import Executor, TaskStatus
-from gridml.search.study import objective_of
 from gridml.spec import LoadedSpec, parse_walltime
-from gridml.store import ACTIVE_STATES, EpochReport, MetricsStore, Study, Trial
+from gridml.store import ACTIVE_STATES, EpochReport, MetricsStore, Study, Trial, objective_of
 
 log = logging.getLogger("gridml.controller")
 
@@ -195,7 +194,7 @@ class Campaign:
         outputs = self._workdir(trial) / "outputs"
         self.ingest_spool(trial, outputs / "metrics.jsonl")
         epochs = self.store.list_epochs(trial.id)
-        objective = objective_of(epochs, self.spec.search.objective)  # (gridml.search.study)
+        objective = objective_of(epochs, self.spec.search.objective)  # (gridml.store.best)
         result = _read_json(outputs / "result.json")
         if status.state == "completed" and objective is not None:
             state = "pruned" if result.get("state") == "pruned" else "completed"

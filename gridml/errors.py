@@ -13,7 +13,8 @@ panda-client, SQLAlchemy, HTTP) are translated into these once, at the boundary 
     ├── ExecutorError                exit 1   local processes, PanDA: submit, status, kill
     │   └── DuplicateTaskError       the task was submitted before (resubmission after a crash)
     ├── StoreError                   exit 1   metrics store / metrics API
-    │   └── ConflictError            an idempotent write with a different body (HTTP 409)
+    │   ├── ConflictError            an idempotent write with a different body (HTTP 409)
+    │   └── StoreUnavailableError    the database: locked, unreachable, bad URL (HTTP 503)
     ├── SearchError                  exit 1   the searcher cannot propose (e.g. grid exhausted)
     └── PayloadError                 exit 1   the training payload failed (its log tail attached)
 """
@@ -73,6 +74,10 @@ class StoreError(GridmlError):
 
 class ConflictError(StoreError):
     pass
+
+
+class StoreUnavailableError(StoreError):
+    """A database or driver error, translated once where the store meets SQLAlchemy."""
 
 
 class SearchError(GridmlError):

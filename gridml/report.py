@@ -11,7 +11,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from gridml.store import EpochReport, MetricsStore, Study, Trial
+from gridml.store import EpochReport, StoreReader, Study, Trial, best_trial
 
 INPUT_BOUND = 0.20  # input-wait fraction above which a trial is flagged input-bound
 
@@ -45,18 +45,10 @@ def epoch_rows(epochs: list[EpochReport]) -> list[dict[str, Any]]:
     return [e.to_json() for e in epochs]
 
 
-def best_trial(study: Study, trials: list[Trial]) -> Trial | None:
-    done = [t for t in trials if t.state == "completed" and t.objective is not None]
-    if not done:
-        return None
-    sign = -1 if study.spec["search"]["direction"] == "maximize" else 1
-    return min(done, key=lambda t: (sign * float(t.objective), t.number))  # type: ignore[arg-type]
-
-
-def study_document(store: MetricsStore, study: Study, runs_dir: Path) -> dict[str, Any]:
+def study_document(store: StoreReader, study: Study, runs_dir: Path) -> dict[str, Any]:
     trials = store.list_trials(study.id)
     summaries = [trial_summary(t, store.list_epochs(t.id)) for t in trials]
-    best = best_trial(study, trials)
+    best = best_trial(study, trials)  # (gridml.store.best: the one rule)
     plot = runs_dir / study.name / "convergence.png"
     search = study.spec["search"]
     return {

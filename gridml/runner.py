@@ -16,10 +16,9 @@ from rich.table import Table
 from gridml import plots
 from gridml.controller import Campaign
 from gridml.errors import GridmlError, NotFoundError
-from gridml.report import best_trial
 from gridml.settings import settings
 from gridml.spec import LoadedSpec, Spec
-from gridml.store import MetricsStore, Study, Trial
+from gridml.store import MetricsStore, Study, Trial, best_trial
 
 console = Console(stderr=True)
 
@@ -79,7 +78,7 @@ def _executor(loaded: LoadedSpec, dry_run: bool) -> Any:
 
 def dry_run(loaded: LoadedSpec, data: Any) -> list[dict[str, Any]]:
     """The task parameters of the first batch, computed against a throwaway store."""
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="gridml-dryrun-") as tmp:
         store = open_store(f"sqlite:///{tmp}/dry.db")
@@ -98,7 +97,7 @@ def run_local(loaded: LoadedSpec, data: Any, *, quiet: bool = False,
 
     ``fixed``: hyperparameter points to run (in order) instead of asking the searcher, for a
     study that has no trials yet (the scaling study)."""
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     cfg = settings()
     store = open_store(cfg.db_url)

@@ -37,7 +37,7 @@ def _no_user_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
 def pg_server() -> Iterator[str | None]:
     """A PostgreSQL server URL ($GRIDML_TEST_PG_URL, which scripts/test.sh always sets, or a
     throwaway one started here), or None where there is none."""
-    from gridml.server import testing
+    from tests import pg as testing
 
     yield testing.postgres_url()
     testing.stop_started_postgres()
@@ -49,7 +49,7 @@ def database(kind: str, pg_url: str | None, sqlite_path: Path) -> Iterator[str]:
 
     Without PostgreSQL the PostgreSQL case is skipped when a developer runs pytest by hand, but
     fails in CI: there the test command starts one, so its absence is a broken setup."""
-    from gridml.server import testing
+    from tests import pg as testing
 
     if kind == "sqlite":
         yield f"sqlite:///{sqlite_path}"

@@ -9,16 +9,8 @@ from typing import Any
 
 from gridml.search import create
 from gridml.search.base import Point
-from gridml.store import ACTIVE_STATES, EpochReport, Trial
-
-
-def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
-    """A trial's objective: the objective metric of its last epoch with a finite value."""
-    for report in reversed(epochs):
-        value = report.metrics.get(metric)
-        if value is not None and math.isfinite(value):
-            return float(value)
-    return None
+from gridml.store import ACTIVE_STATES, Trial
+from gridml.store import objective_of as objective_of  # re-export: the one rule is the store's
 
 
 def observations(trials: Iterable[Trial]) -> tuple[list[Point], list[float | None], list[Point]]:

@@ -1,8 +1,8 @@
 """The FastAPI app factory: ``create_app(store) -> FastAPI``.
 
-Routers per resource (``gridml.server.routes``), gridml errors mapped to HTTP statuses once here:
-NotFoundError 404, ConflictError 409, SpecError 422, SearchError 409, other GridmlError 400,
-database trouble 503. Every error body is ``{"detail": message, "hint": fix or null}``.
+Routers per resource (``gridml.server.routes``), gridml errors mapped to HTTP statuses once
+(``gridml.server.errors``: database trouble is the store's ``StoreUnavailableError``, 503).
+Every error body is ``{"detail": message, "hint": fix or null}``.
 """
 
 from __future__ import annotations
@@ -16,20 +16,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from gridml.errors import (
-    ConflictError,
-    GridmlError,
-    NotFoundError,
-    SearchError,
-    SpecError,
-    StoreError,
-)
-from gridml.server.db import SqlStore
+from gridml.errors import GridmlError
+from gridml.server.errors import error_body, status_of
 from gridml.server.fastpath import EpochFastPath
+from gridml.store.sql import SqlStore
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"
-STATUS = [(NotFoundError, 404), (ConflictError, 409), (SpecError, 422), (SearchError, 409),
-          (StoreError, 400), (GridmlError, 400)]
 
 
 def _finite(value: Any) -> Any:
@@ -53,24 +45,12 @@ class SafeJSON(JSONResponse):
             return json.dumps(_finite(content), separators=(",", ":")).encode()
 
 
-def _error_body(exc: GridmlError) -> dict[str, Any]:
-    return {"detail": exc.message, "hint": exc.hint}
-
-
 def _install_errors(app: FastAPI) -> None:
     async def gridml_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, GridmlError)
-        status = next(code for cls, code in STATUS if isinstance(exc, cls))
-        return SafeJSON(_error_body(exc), status_code=status)
-
-    async def db_error(_request: Request, exc: Exception) -> JSONResponse:
-        return SafeJSON({"detail": f"database unavailable: {type(exc).__name__}",
-                         "hint": "retry; the server's log has the cause"}, status_code=503)
-
-    from sqlalchemy.exc import OperationalError
+        return SafeJSON(error_body(exc), status_code=status_of(exc))
 
     app.add_exception_handler(GridmlError, gridml_error)
-    app.add_exception_handler(OperationalError, db_error)
 
 
 class GridmlAPI(FastAPI):
@@ -114,8 +94,6 @@ def create_app(store: SqlStore, *, open_reads: bool = True,
 def app_from_env() -> FastAPI:
     """The factory uvicorn workers call (``gridml serve``): URL and read mode from the env."""
     import os
-
-    from gridml.server.db import SqlStore
 
     store = SqlStore(os.environ["GRIDML_SERVE_DB"])  # migrated by `gridml serve` already
     app = create_app(store, open_reads=os.environ.get("GRIDML_SERVE_OPEN_READS") == "1",

@@ -18,7 +18,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from gridml.server.db import SqlStore
+from gridml.store.sql import SqlStore
 from gridml.store import Study, Trial
 
 

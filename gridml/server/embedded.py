@@ -33,7 +33,7 @@ class EmbeddedServer:
         import uvicorn
 
         from gridml.server.app import create_app
-        from gridml.server.db import open_store
+        from gridml.store import open_store
 
         self._store = open_store(self.store_url)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

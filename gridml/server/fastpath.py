@@ -2,8 +2,9 @@
 
 Payloads post one report per epoch; with hundreds of trials this route is nearly all of the
 server's load, and FastAPI's per-request machinery (dependency solving, response models) costs
-more CPU than storing the report. This ASGI wrapper (the first thing ``GridmlAPI`` calls) serves the common case itself, with the
-same validation model (``EpochIn``), the same group commit and the same replies:
+more CPU than storing the report. This ASGI wrapper (the first thing ``GridmlAPI`` calls)
+serves the common case itself, with the same validation model (``EpochIn``), the same group
+commit and the same replies:
 
 - the bearer token is a trial token of *this* trial already in the token cache, and
 - the body validates as strict JSON;
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 
 from gridml.errors import GridmlError
 from gridml.server import metrics
+from gridml.server.errors import error_body, status_of
 from gridml.server.schemas import EpochIn
 
 PATH = re.compile(r"/api/v1/trials/([1-9][0-9]{0,9})/epochs")
@@ -58,10 +60,8 @@ class EpochFastPath:
         try:
             stored = await self.state.batcher.record(trial, report.report())
         except GridmlError as exc:
-            from gridml.server.app import STATUS
-
-            status = next(code for cls, code in STATUS if isinstance(exc, cls))
-            await _reply(send, status, {"detail": exc.message, "hint": exc.hint})
+            status = status_of(exc)
+            await _reply(send, status, error_body(exc))
             _count(status, start)
             return True
         (metrics.REPORTS if stored else metrics.REPEATS).inc()

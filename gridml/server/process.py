@@ -20,7 +20,7 @@ from typing import Self
 
 from gridml.errors import StoreError
 
-SERVE = "from gridml.server.cli import serve; import typer; typer.run(serve)"
+SERVE = ["-m", "gridml.serve"]  # the `gridml serve` command (a process, not an import)
 
 
 def free_port() -> int:
@@ -41,7 +41,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> Self:
-        args = [sys.executable, "-c", SERVE, "--port", str(self.port), "--db", self.db_url,
+        args = [sys.executable, *SERVE, "--port", str(self.port), "--db", self.db_url,
                 "--workers", str(self.workers),
                 "--open-reads" if self.open_reads else "--closed-reads"]
         with open(self.log or os.devnull, "ab") as out:  # the child keeps its own copy

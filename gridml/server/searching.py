@@ -10,9 +10,8 @@ import math
 from typing import Any
 
 from gridml.errors import GridmlError, SearchError, SpecError
-from gridml.search.study import objective_of  # noqa: F401  (the one definition; routes use it)
-from gridml.server.db import SqlStore
 from gridml.store import Study
+from gridml.store.sql import SqlStore
 
 
 def search_section(study: Study) -> dict[str, Any]:

@@ -108,7 +108,7 @@ def test_non_finite_metric_round_trips_as_null(owner):
 
 
 def test_trial_token_writes_only_its_own_trial(owner, server):
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     first = owner.enqueue_trial(owner.study, POINT)
     second = owner.enqueue_trial(owner.study, POINT)
@@ -223,7 +223,7 @@ def test_closed_reads_need_a_token(tmp_path):
 def test_trial_token_fast_path_same_replies(owner, server):
     """Payload posts (trial token) take the lean path after the first: same statuses and bodies,
     and what it does not handle (invalid body, NaN literal) still gets FastAPI's answers."""
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     trial = owner.enqueue_trial(owner.study, POINT)
     store = open_store(server.store_url)

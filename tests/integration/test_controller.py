@@ -17,7 +17,7 @@ from gridml.data.local import LocalStore
 from gridml.errors import SpecError
 from gridml.executors.base import TaskStatus
 from gridml.executors.dryrun import DryRunExecutor
-from gridml.server.db import open_store
+from gridml.store import open_store
 from gridml.spec import load_spec
 from gridml.store import EpochReport
 from tests.helpers import register_tiny_datasets, write_spec

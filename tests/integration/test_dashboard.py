@@ -128,7 +128,7 @@ def _updates_live(browser, url: str, db_url: str) -> None:
     """A trial enqueued by an external optimizer appears without a reload."""
     from selenium.webdriver.common.by import By
 
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     store = open_store(db_url)
     study = store.get_study("dash")

@@ -66,7 +66,7 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[P
 @pytest.fixture
 def api(tmp_path: Path, gridml_home: Path) -> Iterator[tuple[Any, Any, str]]:
     """The real metrics API (embedded, SQLite) with one study and one trial in it."""
-    from gridml.server.db import open_store
+    from gridml.store import open_store
     from gridml.server.embedded import EmbeddedServer
 
     url = f"sqlite:///{tmp_path / 'metrics.db'}"

@@ -55,7 +55,7 @@ def campaign(tmp_path, db_url: str, api_url: str, trials: int, backend: str = ""
     from gridml import executors
     from gridml.controller import Campaign
     from gridml.data import open_data_manager
-    from gridml.server.db import open_store
+    from gridml.store import open_store
     from gridml.settings import settings
     from gridml.spec import load_spec
     from tests.helpers import make_registered_sample_data, write_spec

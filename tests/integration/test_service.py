@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gridml.client import ApiClient
 from gridml.data.local import LocalStore
-from gridml.server.db import open_store
+from gridml.store import open_store
 from gridml.server.embedded import EmbeddedServer
 from gridml.service import CampaignService
 from gridml.settings import settings

@@ -43,7 +43,7 @@ def make_campaign(spec: Path, *, api_url: str | None = None, executor: Any = Non
     from gridml.controller import Campaign
     from gridml.data import open_data_manager
     from gridml.executors.panda import PandaExecutor
-    from gridml.server.db import open_store
+    from gridml.store import open_store
     from gridml.settings import settings
     from gridml.spec import load_spec
 

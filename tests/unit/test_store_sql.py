@@ -29,7 +29,7 @@ def store_url(request, tmp_path, monkeypatch):
 
 @pytest.fixture
 def store(store_url):
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     s = open_store(store_url)
     yield s
@@ -190,7 +190,7 @@ def test_resubmission_restarts_the_heartbeat_clock(store):
 def test_migrations_are_applied_once(store_url):
     from sqlalchemy import text
 
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     first, second = open_store(store_url), open_store(store_url)
     with second.engine.connect() as conn:
@@ -200,7 +200,7 @@ def test_migrations_are_applied_once(store_url):
 
 
 def _writer(url: str, study_id: int, n: int) -> None:
-    from gridml.server.db import open_store
+    from gridml.store import open_store
 
     store = open_store(url)
     for i in range(n):
@@ -245,8 +245,8 @@ def test_migrations_match_the_models(tmp_path):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from gridml.server.db import open_store
-    from gridml.server.db.models import Base
+    from gridml.store import open_store
+    from gridml.store.sql.models import Base
 
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     with store.engine.connect() as conn:

@@ -22,7 +22,7 @@ from gridml.server.schemas import (
     TrialOut,
     TrialPage,
 )
-from gridml.store import TRIAL_STATES, Study, Trial
+from gridml.store import TRIAL_STATES, Study
 
 router = APIRouter(prefix="/api/v1/studies", tags=["studies"])
 StudyRef = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$",
@@ -67,22 +67,11 @@ def list_studies(store: Store, who: Who) -> list[StudyOut]:
 def get_study(study: StudyRef, store: Store, who: Who) -> StudySummary:
     """Summary: trial counts by state and the best completed trial."""
     found = _study(store, study, who)
-    trials = store.list_trials(found.id)
     counts = {state: 0 for state in TRIAL_STATES}
-    for trial in trials:
-        counts[trial.state] += 1
-    best = _best(found, trials)
+    counts.update(store.count_trials(found.id))
+    best = store.best_trial(found)
     return StudySummary(**StudyOut.of(found).model_dump(), counts=counts,
                         best=TrialOut.of(best) if best else None)
-
-
-def _best(study: Study, trials: list[Trial]) -> Trial | None:
-    done = [t for t in trials if t.state == "completed" and t.objective is not None
-            and t.objective == t.objective]
-    maximize = (study.spec.get("search") or {}).get("direction") == "maximize"
-    if not done:
-        return None
-    return (max if maximize else min)(done, key=lambda t: float(t.objective or 0.0))
 
 
 @router.get("/{study}/trials", response_model=TrialPage)

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gridml.errors import ConflictError
 from gridml.server import metrics, searching
-from gridml.server.db.convert import utcnow
+from gridml.store.sql.convert import utcnow
 from gridml.server.deps import Principal, Store, Who, can_read_trial, can_write_trial
 from gridml.server.schemas import (
     EpochAck,
@@ -20,7 +20,7 @@ from gridml.server.schemas import (
     ShouldStop,
     TrialOut,
 )
-from gridml.store import FINISHED_STATES, Trial
+from gridml.store import FINISHED_STATES, Trial, objective_of
 
 router = APIRouter(prefix="/api/v1/trials", tags=["trials"])
 TrialId = Annotated[int, Path(ge=1, le=2**31 - 1,
@@ -83,7 +83,7 @@ def finish(trial: TrialId, body: FinishIn, store: Store, who: Who) -> TrialOut:
     if objective is None:
         study = store.get_study(found.study_id)
         metric = (study.spec.get("search") or {}).get("objective", "val_loss")
-        objective = searching.objective_of(store.list_epochs(trial), metric)
+        objective = objective_of(store.list_epochs(trial), metric)
     return TrialOut.of(store.update_trial(trial, state=body.state, objective=objective,
                                           error=body.error, finished=utcnow()))
 

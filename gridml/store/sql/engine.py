@@ -22,7 +22,7 @@ from sqlalchemy.pool import StaticPool
 
 from gridml.errors import StoreError
 
-MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -44,32 +44,43 @@ def sqlite_path(url: str) -> Path | None:
     return None if db in (None, "", ":memory:") else Path(db)
 
 
+def busy_timeout_ms(url: str) -> int:
+    """SQLite's busy timeout: ``?timeout=SECONDS`` in the URL, else 30 s."""
+    value = make_url(url).query.get("timeout")
+    try:
+        return int(1000 * float(value)) if isinstance(value, str) else BUSY_TIMEOUT_MS
+    except ValueError:
+        return BUSY_TIMEOUT_MS
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url`` with the pragmas / pool settings gridml relies on."""
     url = normalise_url(url)
     if not is_sqlite(url):
         return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
     path = sqlite_path(url)
+    busy = busy_timeout_ms(url)
     if path is None:
         engine = create_engine(url, poolclass=StaticPool,
                                connect_args={"check_same_thread": False})
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+        engine = create_engine(url, connect_args={"check_same_thread": False,
+                                                  "timeout": busy / 1000},
                                pool_size=8, max_overflow=16)
-    _sqlite_events(engine)
+    _sqlite_events(engine, busy)
     return engine
 
 
-def _sqlite_events(engine: Engine) -> None:
+def _sqlite_events(engine: Engine, busy_ms: int) -> None:
     """Pragmas on every connection; gridml, not pysqlite, emits BEGIN (IMMEDIATE for writers)."""
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
         cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
@@ -144,9 +155,11 @@ def _migration_lock(engine: Engine) -> Iterator[Any]:
 
 
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (no-op when already there)."""
-    from alembic import command
+    """Bring the schema to the newest Alembic revision (no-op when already there).
+    SQLAlchemy errors propagate (the store translates them); Alembic's own become StoreError."""
+    from alembic import command  # (lazy: Alembic only when a store is opened, not imported)
     from alembic.config import Config
+    from alembic.util import CommandError
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
@@ -155,7 +168,8 @@ def migrate(engine: Engine) -> None:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
             conn.commit()
-    except Exception as exc:  # sqlalchemy / alembic: report which database and how to fix
-        raise StoreError(f"cannot prepare the metrics database {engine.url!r}: {exc}",
-                         hint="check the database URL (--db / GRIDML_DB_URL) and that the "
-                              "server is running and writable") from exc
+    except CommandError as exc:  # e.g. a database of a newer gridml
+        raise StoreError(f"cannot migrate the metrics database {engine.url!r}: "
+                         f"{str(exc).splitlines()[0]}",
+                         hint="use the gridml version that created this database, or a new "
+                              "database") from exc

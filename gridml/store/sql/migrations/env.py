@@ -1,6 +1,6 @@
 """Alembic environment: gridml passes an open connection in ``config.attributes``.
 
-Run by ``gridml.server.db.engine.migrate`` (on every ``open_store``); for hand use::
+Run by ``gridml.store.sql.engine.migrate`` (on every ``open_store``); for hand use::
 
     alembic -x url=sqlite:///path/gridml.db -c /dev/null upgrade head   # script_location: here
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from gridml.server.db.models import Base
+from gridml.store.sql.models import Base
 
 config = context.config
 target_metadata = Base.metadata

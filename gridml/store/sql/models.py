@@ -2,7 +2,7 @@
 
 These are storage rows, not API shapes: the API's pydantic schemas live in ``gridml.server.schemas``
 and the rest of gridml sees the dataclasses of ``gridml.store``. Any change here needs an Alembic
-revision in ``gridml/server/migrations/versions``.
+revision in ``gridml/store/sql/migrations/versions``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Test helpers for the server's suites: the database URLs to run them against.
+"""Test helpers: a PostgreSQL server for the store/API/server suites, and throwaway databases on it.
 
 ``database_urls()`` is what store/API/reliability tests parametrise over: SQLite always, and
 PostgreSQL when a server is available: ``$GRIDML_TEST_PG_URL``, or else a throwaway one that
@@ -13,7 +13,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "postgres.sh"
 _started: list[str] = []
 
 
@@ -50,7 +50,7 @@ def stop_started_postgres() -> None:
 def _admin(base: str):  # type: ignore[no-untyped-def]
     import sqlalchemy as sa
 
-    from gridml.server.db.engine import normalise_url
+    from gridml.store.sql.engine import normalise_url
 
     return sa.create_engine(normalise_url(base), isolation_level="AUTOCOMMIT")
 

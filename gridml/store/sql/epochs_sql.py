@@ -17,8 +17,8 @@ from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.schema import Table
 
 from gridml.errors import ConflictError, GridmlError, NotFoundError
-from gridml.server.db import convert
-from gridml.server.db.models import EpochRow, TrialRow
+from gridml.store.sql import convert
+from gridml.store.sql.models import EpochRow, TrialRow
 
 EPOCHS: Table = EpochRow.__table__  # type: ignore[assignment]
 TRIALS: Table = TrialRow.__table__  # type: ignore[assignment]

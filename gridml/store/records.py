@@ -1,8 +1,4 @@
-"""The MetricsStore seam: studies, trials, per-epoch metrics, heartbeats, outputs.
-
-One implementation backs everything: :class:`gridml.server.db.SqlStore` (SQLAlchemy on SQLite or
-PostgreSQL). The metrics API (``gridml.server``) exposes it over HTTP; the controller uses it
-directly when the server runs in-process. ``open_store(url)`` is the one place that chooses.
+"""The records of the metrics store: studies, trials, per-epoch reports, and the trial states.
 
 Trial states::
 
@@ -16,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 TRIAL_STATES = ("queued", "submitted", "running", "completed", "failed", "pruned", "killed")
 ACTIVE_STATES = ("queued", "submitted", "running")
@@ -84,26 +80,3 @@ class EpochReport:
             threads=d.get("threads"), extra=dict(d.get("extra") or {}),
         )
 
-
-class MetricsStore(Protocol):
-    # studies
-    def create_study(self, name: str, spec: dict[str, Any], spec_hash: str) -> Study: ...
-    def get_study(self, ref: str | int) -> Study: ...  # by name or id; NotFoundError
-    def list_studies(self) -> list[Study]: ...
-    def set_study_state(self, study_id: int, state: str) -> None: ...
-    def check_study_token(self, study_id: int, token: str) -> bool: ...
-    # trials
-    def create_trial(self, study_id: int, hparams: dict[str, Any], *, source: str = "searcher",
-                     state: str = "queued") -> Trial: ...  # numbers assigned 0,1,2...; returns token
-    def issue_trial_token(self, trial_id: int) -> str: ...  # new token (old one revoked)
-    def check_trial_token(self, trial_id: int, token: str) -> bool: ...
-    def get_trial(self, trial_id: int) -> Trial: ...
-    def get_trial_by_number(self, study_id: int, number: int) -> Trial: ...
-    def list_trials(self, study_id: int, states: tuple[str, ...] | None = None) -> list[Trial]: ...
-    def update_trial(self, trial_id: int, **fields: Any) -> Trial: ...
-    # state, objective, error, external_id, attempts, started, finished, outputs
-    def heartbeat(self, trial_id: int) -> None: ...
-    # per-epoch metrics: idempotent on (trial, epoch); same body -> False (no-op),
-    # different body -> ConflictError, new -> True
-    def record_epoch(self, trial_id: int, report: EpochReport) -> bool: ...
-    def list_epochs(self, trial_id: int) -> list[EpochReport]: ...

@@ -1,12 +1,12 @@
-"""``SqlStore``: the MetricsStore seam (``gridml.store``) on SQLAlchemy (SQLite or PostgreSQL).
+"""``SqlStore``: the metrics store (``gridml.store.protocol``) on SQLAlchemy (SQLite or PostgreSQL).
 
-Safe for several processes on one database (controller + server workers). Tokens are
-``secrets.token_urlsafe`` values handed out once and stored as sha256 only; they are never logged.
+Safe for several processes on one database (controller + server workers). Tokens: see
+``gridml.store.sql.tokens``. SQLAlchemy and driver errors leave it as ``StoreUnavailableError``
+(``gridml.store.sql.errors.guarded``).
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,11 +16,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gridml.errors import ConflictError, GridmlError, NotFoundError, StoreError
-from gridml.server.db import convert, epochs_sql
-from gridml.server.db.convert import utcnow
-from gridml.server.db.engine import WriteLock, make_engine, migrate, writer
-from gridml.server.db.models import EpochRow, OutputRow, StudyRow, TokenRow, TrialRow
-from gridml.store import TRIAL_STATES, EpochReport, Study, Trial
+from gridml.store.best import direction_of, pick_best
+from gridml.store.records import TRIAL_STATES, EpochReport, Study, Trial
+from gridml.store.sql import convert, epochs_sql
+from gridml.store.sql.convert import utcnow
+from gridml.store.sql.engine import WriteLock, make_engine, migrate, writer
+from gridml.store.sql.errors import guarded
+from gridml.store.sql.models import EpochRow, OutputRow, StudyRow, TokenRow, TrialRow
+from gridml.store.sql.tokens import TokensMixin, new_token
 
 STUDY_STATES = ("running", "finished", "stopped")
 UPDATABLE = {"state", "objective", "error", "external_id", "attempts", "started", "finished",
@@ -29,13 +32,9 @@ MAX_ID = 2**31 - 1  # ids are 32-bit INTEGER columns (PostgreSQL)
 _STUDIES_HINT = "run `gridml status` to list the studies this store knows"
 
 
-def new_token(kind: str) -> str:
-    """A fresh bearer token; the prefix says what it opens (gms_: study, gmt_: trial)."""
-    return f"gm{kind[0]}_{secrets.token_urlsafe(32)}"
-
-
-class SqlStore:
-    """The metrics store. Build it with :func:`open_store` (which applies migrations)."""
+@guarded
+class SqlStore(TokensMixin):
+    """The metrics store. Build it with :func:`open_sql_store` (which applies migrations)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -58,6 +57,10 @@ class SqlStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (once per process group is enough)."""
+        migrate(self.engine)
 
     # -- studies -------------------------------------------------------------------------------
     def create_study(self, name: str, spec: dict[str, Any], spec_hash: str) -> Study:
@@ -101,30 +104,6 @@ class SqlStore:
             raise StoreError(f"unknown study state '{state}'", hint=f"use one of {STUDY_STATES}")
         with self._write() as s:
             self._study_row(s, study_id).state = state
-
-    def check_study_token(self, study_id: int, token: str) -> bool:
-        return self.resolve_token(token) == (study_id, None)
-
-    # -- tokens --------------------------------------------------------------------------------
-    def resolve_token(self, token: str) -> tuple[int, int | None] | None:
-        """``(study_id, trial_id or None)`` that ``token`` opens, or None if it opens nothing."""
-        with self.engine.connect() as conn:
-            row = conn.execute(select(TokenRow.study_id, TokenRow.trial_id)
-                               .where(TokenRow.token_hash == convert.sha256(token))).first()
-        return None if row is None else (row[0], row[1])
-
-    def issue_trial_token(self, trial_id: int) -> str:
-        token = new_token("trial")
-        with self._write() as s:
-            trial = self._trial_row(s, trial_id)
-            s.execute(delete(TokenRow).where(TokenRow.trial_id == trial_id))
-            s.add(TokenRow(token_hash=convert.sha256(token), study_id=trial.study_id,
-                           trial_id=trial_id, created=utcnow()))
-        return token
-
-    def check_trial_token(self, trial_id: int, token: str) -> bool:
-        found = self.resolve_token(token)
-        return found is not None and found[1] == trial_id
 
     # -- trials --------------------------------------------------------------------------------
     def create_trial(self, study_id: int, hparams: dict[str, Any], *, source: str = "searcher",
@@ -187,6 +166,15 @@ class SqlStore:
             rows = list(s.scalars(query))
             outputs = self._outputs(s, [r.id for r in rows])
             return [convert.to_trial(r, outputs.get(r.id, [])) for r in rows]
+
+    def best_trial(self, study: Study) -> Trial | None:
+        """The best completed trial (``gridml.store.best``), from a query of three columns."""
+        with self._read() as s:
+            rows = s.execute(select(TrialRow.objective, TrialRow.number, TrialRow.id)
+                             .where(TrialRow.study_id == study.id,
+                                    TrialRow.state == "completed")).all()
+        best = pick_best(rows, direction_of(study))
+        return None if best is None else self.get_trial(best)
 
     def count_trials(self, study_id: int | None = None) -> dict[str, int]:
         """Trials by state (of one study, or of all)."""
@@ -288,16 +276,16 @@ def _mark_running(row: TrialRow, now: Any) -> None:
         row.started = now
 
 
-def open_store(url: str | None = None) -> SqlStore:
-    """The metrics store at ``url`` (default: ``settings().db_url``), migrated to the newest
-    schema. SQLite URLs get WAL + busy timeout; ``postgresql://`` uses psycopg 3."""
-    if url is None:
-        from gridml.settings import settings
-
-        url = settings().db_url
+def open_sql_store(url: str) -> SqlStore:
+    """The SQL store at ``url``, migrated to the newest schema. SQLite URLs get WAL + a busy
+    timeout (``?timeout=S``, default 30 s); ``postgresql://`` uses psycopg 3."""
     store = SqlStore(url)
-    migrate(store.engine)
+    try:
+        store.migrate()
+    except BaseException:
+        store.close()
+        raise
     return store
 
 
-__all__ = ["SqlStore", "open_store"]
+__all__ = ["SqlStore", "open_sql_store"]

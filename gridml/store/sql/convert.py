@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from gridml.server.db.models import OutputRow, StudyRow, TrialRow
-from gridml.store import EpochReport, Study, Trial
+from gridml.store.sql.models import OutputRow, StudyRow, TrialRow
+from gridml.store.records import EpochReport, Study, Trial
 
 NUMBERS = ("epoch_time", "samples_per_s", "input_wait_frac", "peak_rss_mb")
 

@@ -1,6 +1,8 @@
 """``gridml serve``: the metrics API (+ dashboard) as a long-running service.
 
-The lead registers :func:`serve` as ``gridml serve``. Migrations run once in this process before
+Composed here, at the top beside the CLI (which registers :func:`serve` as ``gridml serve``),
+from the layers below: the store (``gridml.store``), the API (``gridml.server``) and the
+controller (``gridml.service``); ``gridml.server`` itself knows nothing of the controller. Migrations run once in this process before
 any worker starts; each uvicorn worker then opens its own connection pool
 (``gridml.server.app:app_from_env``). The controller loop for grid campaigns
 (``gridml.service.CampaignService``) runs in a thread of this process, once per server whatever
@@ -44,11 +46,11 @@ def serve(
     """Run the gridml server: metrics API under /api/v1, dashboard at /, metrics at /metrics."""
     import uvicorn
 
-    from gridml.server.db import open_store
     from gridml.settings import settings
+    from gridml.store.sql import open_sql_store
 
     url = db or settings().db_url
-    open_store(url).close()  # migrate once, before the workers start
+    open_sql_store(url).close()  # migrate once, before the workers start
     reads = host in LOOPBACK if open_reads is None else open_reads
     os.environ["GRIDML_SERVE_DB"] = url
     os.environ["GRIDML_SERVE_OPEN_READS"] = "1" if reads else "0"
@@ -70,17 +72,21 @@ def serve(
 
 def _start_controller(url: str, api_url: str, poll: float):  # type: ignore[no-untyped-def]
     """The server's controller loop (grid campaigns), in a thread of this process."""
-    from gridml.server.db import open_store
     from gridml.service import CampaignService
     from gridml.settings import settings
+    from gridml.store.sql import open_sql_store
 
-    service = CampaignService(open_store(url), settings().runs_dir, api_url, poll_s=poll)
+    service = CampaignService(open_sql_store(url), settings().runs_dir, api_url, poll_s=poll)
     service.start()
     return service
 
 
 def _safe(url: str) -> str:
     """The URL with any password masked (URLs are printed, passwords never)."""
-    from sqlalchemy.engine import make_url
+    from gridml.store.sql.errors import safe_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    return safe_url(url)
+
+
+if __name__ == "__main__":  # `python -m gridml.serve ...`: how ServerProcess starts it
+    typer.run(serve)
