@@ -19,6 +19,7 @@ from typing import Any
 
 from gridml.errors import SearchError
 from gridml.search.base import BaseSearcher, Point, Searcher
+from gridml.search.validate import point_problems, space_problems
 
 ALGORITHMS = {
     "bayes": "gridml.search.bayes:BayesSearcher",
@@ -27,7 +28,8 @@ ALGORITHMS = {
     "evolution": "gridml.search.evolution:EvolutionSearcher",
 }
 
-__all__ = ["ALGORITHMS", "BaseSearcher", "Point", "Searcher", "create", "validate_space"]
+__all__ = ["ALGORITHMS", "BaseSearcher", "Point", "Searcher", "create", "point_problems",
+           "validate_space"]
 
 
 def create(algorithm: str, space: Mapping[str, Any], *, seed: int = 0,
@@ -42,12 +44,6 @@ def create(algorithm: str, space: Mapping[str, Any], *, seed: int = 0,
 
 
 def validate_space(space: Mapping[str, Any]) -> list[str]:
-    """Problems with a ``search.space`` mapping (empty when it is fine)."""
-    from gridml.errors import SpecError
-    from gridml.search.space import Space
-
-    try:
-        Space(space)
-    except SpecError as exc:
-        return exc.problems
-    return []
+    """Problems with a ``search.space`` mapping (empty when it is fine), as
+    ``search.space.<name>.<field>: what is wrong; fix``."""
+    return [str(p) for p in space_problems(space)]

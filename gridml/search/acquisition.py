@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+from scipy.optimize import minimize
 
 from gridml.search.base import Point
 from gridml.search.features import Encoder
@@ -96,8 +97,6 @@ class Batch:
 
     def _polish(self, x: np.ndarray) -> np.ndarray:
         """L-BFGS-B on the real-valued features of ``x`` (central differences, one call each)."""
-        from scipy.optimize import minimize
-
         cols = [j for j in self.real_cols if x[j] >= 0.0]
         if not cols:
             return x

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from gridml.errors import SearchError
+from gridml.search.space import Space
 
 Point = dict[str, Any]
 
@@ -37,6 +38,11 @@ class Searcher(Protocol):
     def tell(self, points: Sequence[Point], values: Sequence[float | None]) -> None: ...
     def ask(self, n: int, pending: Sequence[Point] = ()) -> list[Point]: ...
     # may return fewer than n (grid exhausted: then exhausted is True)
+    @classmethod
+    def accepted(cls, options: Mapping[str, Any]) -> set[str]:
+        """The option names this algorithm takes (given the options, e.g. a chosen sampler)."""
+        return set(cls.defaults)
+
     @property
     def exhausted(self) -> bool: ...
 
@@ -49,15 +55,13 @@ class BaseSearcher(ABC):
 
     def __init__(self, space: Any, *, seed: int = 0, direction: str = "minimize",
                  **options: Any) -> None:
-        from gridml.search.space import Space
-
         if direction not in ("minimize", "maximize"):
             raise SearchError(f"direction {direction!r} is not known",
                               hint="use minimize or maximize")
-        unknown = sorted(set(options) - set(self.defaults))
+        unknown = sorted(set(options) - self.accepted(options))
         if unknown:
             raise SearchError(f"search.options: {unknown} not understood by {self.name!r}",
-                              hint=f"it takes {sorted(self.defaults) or 'no options'}")
+                              hint=f"it takes {sorted(self.accepted(options)) or 'no options'}")
         self.space = space if isinstance(space, Space) else Space(space)
         self.seed = int(seed)
         self.direction = direction
@@ -66,6 +70,11 @@ class BaseSearcher(ABC):
         self.values: list[float | None] = []
         self._exhausted = False
         self.exhausted_reason = ""  # says why, once exhausted
+
+    @classmethod
+    def accepted(cls, options: Mapping[str, Any]) -> set[str]:
+        """The option names this algorithm takes (given the options, e.g. a chosen sampler)."""
+        return set(cls.defaults)
 
     @property
     def exhausted(self) -> bool:
@@ -82,7 +91,7 @@ class BaseSearcher(ABC):
         if len(points) != len(values):
             raise SearchError(f"tell: {len(points)} points but {len(values)} values",
                               hint="give one value (None for a failed trial) per point")
-        self.space.columns(points)  # checks every point against the space
+        self.space.check(points, "tell: point")  # names, types, ranges, choices, conditions
         self.told += [dict(p) for p in points]
         self.values += [_as_value(v) for v in values]
 

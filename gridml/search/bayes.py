@@ -20,7 +20,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from scipy.stats import qmc
+
+from gridml.errors import SearchError
+from gridml.search.acquisition import LIARS, Batch
 from gridml.search.base import BaseSearcher, Point
+from gridml.search.features import Encoder
+from gridml.search.gp import one_blas_thread
 from gridml.search.random import draw_novel
 
 
@@ -49,8 +55,6 @@ class BayesSearcher(BaseSearcher):
         total = self.n_initial
         if count >= total:
             return []
-        from scipy.stats import qmc
-
         sobol = qmc.Sobol(self.space.dims, scramble=True, seed=self.seed % 2**32)
         u = sobol.random(1 << max(total - 1, 1).bit_length())[count:total]
         return self.novel(self.space.points(self.space.from_unit(u)), seen, n)
@@ -58,8 +62,6 @@ class BayesSearcher(BaseSearcher):
     @property
     def n_initial(self) -> int:
         """``n_initial_points``; by default the GP's input width + 2, within [5, 10]."""
-        from gridml.search.features import Encoder
-
         given = self.options["n_initial_points"]
         return int(given) if given is not None else min(10, max(5, Encoder(self.space).width + 2))
 
@@ -70,9 +72,6 @@ class BayesSearcher(BaseSearcher):
         return float(kappas[position % len(kappas)])
 
     def _batch(self, k: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
-        from gridml.search.acquisition import Batch
-        from gridml.search.gp import one_blas_thread
-
         with one_blas_thread():
             points, y = self.observations()
             batch = Batch(self.space, points, y, self.rng(pending, salt=1), self.options)
@@ -91,9 +90,6 @@ class BayesSearcher(BaseSearcher):
 
 def check_options(options: dict[str, Any]) -> None:
     """Refuse option values the Bayesian searcher cannot use, naming the fix."""
-    from gridml.errors import SearchError
-    from gridml.search.acquisition import LIARS
-
     problems = []
     if options["liar"] not in LIARS:
         problems.append(f"liar: {options['liar']!r} is not known; use one of {sorted(LIARS)}")

@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+import cma
 import numpy as np
 
 from gridml.search.base import BaseSearcher, Point
@@ -48,8 +49,6 @@ class EvolutionSearcher(BaseSearcher):
 
     def _replay(self) -> Any:
         """The strategy after every complete generation of the finite observations."""
-        import cma
-
         opts = {"seed": self.seed % 2**32 + 1, "bounds": [0.0, 1.0], "verbose": -9}
         if self.options["popsize"]:
             opts["popsize"] = int(self.options["popsize"])

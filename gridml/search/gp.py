@@ -21,6 +21,7 @@ import numpy as np
 from scipy.linalg import cho_solve, cholesky, lapack, solve_triangular
 from scipy.optimize import minimize
 from scipy.stats import norm
+from sklearn.gaussian_process.kernels import ConstantKernel, Matern
 from threadpoolctl import ThreadpoolController
 
 JITTER = 1e-8
@@ -107,8 +108,6 @@ def neg_log_likelihood(theta: np.ndarray, diff2: np.ndarray,
 
 
 def _as_kernel(params: np.ndarray) -> Fitted:
-    from sklearn.gaussian_process.kernels import ConstantKernel, Matern
-
     kernel = ConstantKernel(params[0], "fixed") * Matern(params[1:-1], "fixed", nu=2.5)
     return Fitted(kernel, float(params[-1]))
 

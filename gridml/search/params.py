@@ -1,4 +1,4 @@
-"""One parameter of the search space: checking its spec and mapping its values.
+"""One parameter of the search space (checked by ``validate.py``): mapping its values.
 
 Internally a parameter's values live in numpy arrays: floats for real and int parameters, choice
 indices for categoricals. ``plain`` turns one back into a JSON-friendly Python value.
@@ -14,9 +14,7 @@ from typing import Any
 import numpy as np
 
 from gridml.errors import SearchError
-
-KNOWN_KEYS = {"type", "low", "high", "log", "choices", "conditional"}
-
+from gridml.search.validate import same_choice
 
 @dataclass(frozen=True)
 class Param:
@@ -64,7 +62,7 @@ class Param:
 
     def index(self, value: Any) -> int:
         for i, c in enumerate(self.choices):
-            if c == value and isinstance(c, bool) == isinstance(value, bool):
+            if same_choice(c, value):
                 return i
         raise SearchError(f"parameter {self.name!r}: {value!r} is not one of its choices "
                           f"{list(self.choices)}", hint="use one of the choices of the space")
@@ -85,80 +83,16 @@ class Param:
             return np.isin(values, [self.index(w) for w in wanted])
         return np.isin(values, [float(w) for w in wanted])
 
-    def check_allowed(self, allowed: Any) -> list[str]:
-        """Problems with a condition's value(s) for this (parent) parameter."""
-        wanted = allowed if isinstance(allowed, (list, tuple)) else [allowed]
-        if self.type == "categorical":
-            bad = [w for w in wanted if not any(c == w for c in self.choices)]
-            return [f"{w!r} is not a choice of {self.name!r}; use one of {list(self.choices)}"
-                    for w in bad]
-        bad = [w for w in wanted if not isinstance(w, (int, float)) or not
-               self.low <= w <= self.high]
-        return [f"{w!r} is outside {self.name!r}'s range [{self.low}, {self.high}]" for w in bad]
-
     def cardinality(self) -> float:
         if self.type == "categorical":
             return len(self.choices)
         return self.high - self.low + 1 if self.type == "int" else math.inf
 
 
-def parse_param(name: str, spec: Any, problems: list[str]) -> Param | None:
-    """A :class:`Param` from its spec, or None after appending what is wrong to ``problems``."""
-    where = f"search.space.{name}"
-    if not isinstance(spec, Mapping):
-        problems.append(f"{where}: must be a mapping like {{type: real, low: 0.0, high: 1.0}}")
-        return None
-    before = len(problems)
-    unknown = sorted(set(spec) - KNOWN_KEYS)
-    if unknown:
-        problems.append(f"{where}: unknown key(s) {unknown}; allowed: {sorted(KNOWN_KEYS)}")
-    kind = spec.get("type")
-    if kind not in ("real", "int", "categorical"):
-        problems.append(f"{where}.type: {kind!r} is not a type; use real, int or categorical")
-        return None
-    cond = spec.get("conditional")
-    if cond is not None and (not isinstance(cond, Mapping) or not cond):
-        problems.append(f"{where}.conditional: must be a mapping {{parameter: value}}")
-        cond = None
-    if kind == "categorical":
-        param = _categorical(name, spec, cond, problems)
-    else:
-        param = _numeric(name, kind, spec, cond, problems)
-    return param if len(problems) == before else None
-
-
-def _categorical(name: str, spec: Mapping[str, Any], cond: Any, problems: list[str]) -> Param:
-    where = f"search.space.{name}"
-    choices = spec.get("choices")
-    if not isinstance(choices, (list, tuple)) or not choices:
-        problems.append(f"{where}.choices: categorical needs a non-empty list of choices")
-        choices = [None]
-    elif len({repr(c) for c in choices}) != len(choices):
-        problems.append(f"{where}.choices: {list(choices)} has repeated choices; list each once")
-    for key in ("low", "high"):
-        if spec.get(key) is not None:
-            problems.append(f"{where}.{key}: categorical takes `choices`, not low/high; remove it")
-    return Param(name, "categorical", choices=tuple(choices), condition=cond)
-
-
-def _numeric(name: str, kind: str, spec: Mapping[str, Any], cond: Any,
-             problems: list[str]) -> Param:
-    where = f"search.space.{name}"
-    low, high, log = spec.get("low"), spec.get("high"), bool(spec.get("log", False))
-    if spec.get("choices") is not None:
-        problems.append(f"{where}.choices: a {kind} parameter takes low/high, not choices")
-    bad = [(k, v) for k, v in (("low", low), ("high", high))
-           if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
-    problems += [f"{where}.{k}: {kind} needs a finite number (got {v!r})" for k, v in bad]
-    if bad:
-        return Param(name, kind)
-    low, high = float(low), float(high)  # type: ignore[arg-type]
-    if low >= high:
-        problems.append(f"{where}.high: empty or inverted range, low ({low}) must be < high "
-                        f"({high}); swap or widen them")
-    if log and low <= 0:
-        problems.append(f"{where}.low: must be > 0 for a log range (got {low}); use a positive "
-                        "low or log: false")
-    if kind == "int" and (low != int(low) or high != int(high)):
-        problems.append(f"{where}.low: int bounds must be whole numbers (got {low}, {high})")
-    return Param(name, kind, low, high, log, condition=cond)
+def make_param(name: str, spec: Mapping[str, Any]) -> Param:
+    """The :class:`Param` of a dimension that :mod:`gridml.search.validate` found valid."""
+    cond = spec.get("conditional") or None
+    if spec["type"] == "categorical":
+        return Param(name, "categorical", choices=tuple(spec["choices"]), condition=cond)
+    return Param(name, spec["type"], float(spec["low"]), float(spec["high"]),
+                 bool(spec.get("log", False)), condition=cond)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gridml.search.base import BaseSearcher, Point
+from gridml.search.discrete import enumerate_points
 
 
 class RandomSearcher(BaseSearcher):
@@ -39,11 +40,9 @@ def draw_novel(searcher: BaseSearcher, rng: np.random.Generator, n: int,
 
 def _rest_of_finite(searcher: BaseSearcher, rng: np.random.Generator, n: int,
                     seen: set[tuple]) -> list[Point]:
-    from gridml.search.grid import enumerate_points
-
     if searcher.space.size() is None:
         return []  # a huge space where 20 rounds of draws found nothing new: give up quietly
-    left = enumerate_points(searcher.space, points_per_dim=None)
+    left = enumerate_points(searcher.space.params, points_per_dim=None)
     order = rng.permutation(len(left))
     out = searcher.novel([left[i] for i in order], seen, n)
     searcher._set_exhausted(len(out) < n, len(left))

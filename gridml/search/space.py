@@ -1,4 +1,4 @@
-"""The search space: parsing and checking the spec's ``search.space``, and three views of a point.
+"""The search space (checked by ``validate.py``, the one validator) and three views of a point.
 
 * **points** are what users and the controller see: ``{"lr": 0.01, "units": 64, "act": "relu"}``,
   plain Python values, inactive conditional parameters left out;
@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from gridml.errors import SpecError
-from gridml.search.params import Param, parse_param
+from gridml.errors import SearchError, SpecError
+from gridml.search.discrete import enumerate_points
+from gridml.search.params import Param, make_param
+from gridml.search.validate import clean, first_point_problem, order, space_problems
 
 Point = dict[str, Any]
 
@@ -40,18 +42,19 @@ class Space:
     """A checked search space; parameters ordered so that a condition's parent comes first."""
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
-        problems: list[str] = []
-        if not isinstance(spec, Mapping) or not spec:
-            raise SpecError("search.space: must be a non-empty mapping of parameter name -> "
-                            "{type: real|int|categorical, ...}")
-        parsed = {str(k): parse_param(str(k), v, problems) for k, v in spec.items()}
-        params = {k: p for k, p in parsed.items() if p is not None}
-        problems += _check_conditions(params, set(parsed))
+        problems = space_problems(spec)
         if problems:
-            raise SpecError(problems)
-        self.params: list[Param] = _topological(params)
-        self.names = list(params)  # the spec's order, used for the points handed out
+            raise SpecError([str(p) for p in problems])
+        self.spec: dict[str, dict[str, Any]] = {str(k): clean(v) for k, v in spec.items()}
+        self.params: list[Param] = [make_param(k, self.spec[k]) for k in order(self.spec)[0]]
+        self.names = list(self.spec)  # the spec's order, used for the points handed out
         self._by_name = {p.name: p for p in self.params}
+
+    def check(self, points: Sequence[Point], where: str = "point") -> None:
+        """Refuse points outside the space (one line: the first problem and its fix)."""
+        problem = first_point_problem(self.spec, points, where)
+        if problem:
+            raise SearchError(problem)
 
     @property
     def dims(self) -> int:
@@ -94,7 +97,6 @@ class Space:
         for p in self.params:
             missing = [i for i, pt in enumerate(points) if active[p.name][i] and p.name not in pt]
             if missing:
-                from gridml.errors import SearchError
                 raise SearchError(f"point {dict(points[missing[0]])} has no value for "
                                   f"{p.name!r}", hint="give every active parameter of the space")
         return Columns(values, active)
@@ -127,38 +129,4 @@ class Space:
             return None
         if math.prod(p.cardinality() for p in self.params) > limit:
             return None
-        from gridml.search.grid import enumerate_points
-        return len(enumerate_points(self, points_per_dim=None))
-
-
-def _check_conditions(params: Mapping[str, Param], names: set[str]) -> list[str]:
-    problems = []
-    for p in params.values():
-        for parent, allowed in (p.condition or {}).items():
-            where = f"search.space.{p.name}.conditional.{parent}"
-            if parent in names and parent not in params:
-                continue  # the parent itself is wrong: reported already
-            if parent not in params:
-                problems.append(f"{where}: names unknown parameter {parent!r}; use one of "
-                                f"{sorted(params)}")
-            elif parent == p.name:
-                problems.append(f"{where}: a parameter cannot depend on itself")
-            else:
-                problems += [f"{where}: {msg}" for msg in params[parent].check_allowed(allowed)]
-    return problems
-
-
-def _topological(params: Mapping[str, Param]) -> list[Param]:
-    order: list[Param] = []
-    placed: set[str] = set()
-    todo = list(params.values())
-    while todo:
-        ready = [p for p in todo if set(p.condition or {}) <= placed]
-        if not ready:
-            cycle = ", ".join(sorted(p.name for p in todo))
-            raise SpecError(f"search.space: conditions form a cycle among {cycle}; "
-                            "make one of them unconditional")
-        order += ready
-        placed |= {p.name for p in ready}
-        todo = [p for p in todo if p.name not in placed]
-    return order
+        return len(enumerate_points(self.params, points_per_dim=None))

@@ -21,6 +21,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gridml.errors import SpecError
+
 RULES: dict[str, dict[str, Any]] = {
     "median": {"min_epochs": 2, "min_trials": 3},
     "asha": {"min_epochs": 1, "reduction": 3},
@@ -53,7 +55,6 @@ def decide(rule: Mapping[str, Any] | None, trial_curve: Sequence[float],
         return False, ""
     problems = validate_early_stopping(rule)
     if problems:
-        from gridml.errors import SpecError
         raise SpecError([f"search.early_stopping.{p}" for p in problems])
     opts = {**RULES[rule["rule"]], **rule}
     sign = -1.0 if direction == "maximize" else 1.0

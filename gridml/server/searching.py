@@ -10,8 +10,9 @@ import math
 from typing import Any
 
 from gridml.errors import GridmlError, SearchError, SpecError
+from gridml.search.study import objective_of  # noqa: F401  (the one definition; routes use it)
+from gridml.server.db import SqlStore
 from gridml.store import Study
-from gridml.store.sql import SqlStore
 
 
 def search_section(study: Study) -> dict[str, Any]:
@@ -54,34 +55,10 @@ def should_stop(store: SqlStore, study: Study, trial_id: int) -> tuple[bool, str
 
 
 def validate_hparams(study: Study, hparams: dict[str, Any]) -> None:
-    """Refuse a point outside the study's space: names, types, ranges, choices."""
-    space = search_section(study)["space"]
-    problems = [f"hparams.{k}: not in search.space (known: {sorted(space)})"
-                for k in hparams if k not in space]
-    for name, dim in space.items():
-        if name not in hparams:
-            if not (isinstance(dim, dict) and ("conditional" in dim or "condition" in dim)):
-                problems.append(f"hparams.{name}: missing")
-            continue
-        problem = _check_dim(name, dim, hparams[name])
-        if problem:
-            problems.append(problem)
+    """Refuse a point outside the study's space: names, types, ranges, choices, conditions
+    (the one validator, ``gridml.search.validate``, that the searchers and the spec use)."""
+    from gridml.search.validate import point_problems  # lazy: see the module docstring
+
+    problems = point_problems(search_section(study)["space"], hparams)
     if problems:
         raise SpecError(problems, hint="send a point inside the study's search.space")
-
-
-def _check_dim(name: str, dim: Any, value: Any) -> str | None:
-    kind = dim.get("type") if isinstance(dim, dict) else None
-    if kind == "categorical":
-        choices = dim.get("choices", [])
-        return None if value in choices else f"hparams.{name}: {value!r} not in {choices}"
-    if kind in ("real", "int"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"hparams.{name}: {value!r} is not a number"
-        if kind == "int" and not float(value).is_integer():
-            return f"hparams.{name}: {value!r} is not an integer"
-        low, high = dim.get("low"), dim.get("high")
-        if low is not None and high is not None and not low <= value <= high:
-            return f"hparams.{name}: {value!r} outside [{low}, {high}]"
-        return None
-    return None  # an unknown dimension type: the spec validator's business, not ours

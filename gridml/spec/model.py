@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gridml.search.validate import condition_problems, dimension_problems
+
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 _WALLTIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
@@ -68,25 +70,9 @@ class Dimension(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Dimension:
-        if self.type == "categorical":
-            if not self.choices:
-                raise ValueError("choices: categorical needs a non-empty list of choices")
-            if self.low is not None or self.high is not None:
-                raise ValueError("low: categorical takes `choices`, not low/high; remove low/high")
-            return self
-        if self.low is None or self.high is None:
-            missing = "low" if self.low is None else "high"
-            raise ValueError(f"{missing}: {self.type} dimension needs both `low` and `high`")
-        if self.low >= self.high:
-            raise ValueError(f"high: empty or inverted range, low ({self.low}) must be < high "
-                             f"({self.high}); swap or widen them")
-        if self.log and self.low <= 0:
-            raise ValueError(f"low: must be > 0 for a log range (got {self.low}); "
-                             "use a positive low or log: false")
-        if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
-            raise ValueError("low: int bounds must be whole numbers")
-        if self.choices is not None:
-            raise ValueError(f"choices: a {self.type} dimension takes low/high, not choices")
+        problems = dimension_problems("", self.model_dump(exclude_none=True))  # the one validator
+        if problems:
+            raise ValueError(problems[0].under("", skip=1))  # "high: ...": the loader adds the line
         return self
 
 
@@ -106,11 +92,10 @@ class Search(_Strict):
         if self.parallel > self.max_trials:
             raise ValueError(f"parallel: {self.parallel} is more than max_trials "
                              f"({self.max_trials}); lower parallel to at most {self.max_trials}")
-        for name, dim in self.space.items():
-            for other in (dim.conditional or {}):
-                if other not in self.space:
-                    raise ValueError(f"space.{name}.conditional: names unknown parameter {other!r}; "
-                                     f"use one of {sorted(self.space)}")
+        space = {k: d.model_dump(exclude_none=True) for k, d in self.space.items()}
+        problems = condition_problems(space)  # the one validator
+        if problems:
+            raise ValueError(problems[0].under("space"))
         return self
 
 
