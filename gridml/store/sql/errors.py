@@ -12,9 +12,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DataError,
+    IntegrityError,
+    NoSuchModuleError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
 
-from gridml.errors import StoreUnavailableError
+from gridml.errors import StoreError, StoreUnavailableError
 
 C = TypeVar("C", bound=type)
 _URL_HINT = "use sqlite:///path.db or postgresql://user[:password]@host[:port]/db " \
@@ -54,8 +61,13 @@ def _hint(exc: BaseException, reason: str, url: str) -> str:
             "(--db / GRIDML_DB_URL)")
 
 
-def unavailable(exc: BaseException, url: str) -> StoreUnavailableError:
+def unavailable(exc: BaseException, url: str) -> StoreError:
+    """The gridml error for ``exc``: StoreUnavailableError for the database being unusable
+    (locked, unreachable, bad URL, no driver), StoreError for data it refused."""
     reason = _reason(exc)
+    if isinstance(exc, DataError | IntegrityError | ProgrammingError):
+        return StoreError(f"metrics database {safe_url(url)} refused the data: {reason}",
+                          hint="a value the database cannot store (e.g. NaN in hyperparameters)")
     error = StoreUnavailableError(f"metrics database {safe_url(url)}: {reason}",
                                   hint=_hint(exc, reason, url))
     error.__cause__ = exc
