@@ -7,8 +7,9 @@
     s.ask(4, pending=[...])      # -> list of new points (plain dicts)
     s.exhausted                  # True once no new point is left (grid)
 
-Algorithms: ``bayes`` (Gaussian process from scikit-optimize, fast batches), ``random``,
-``grid`` and ``evolution`` (CMA-ES). See docs/search.md.
+Algorithms: ``bayes`` (gridml's fast default: scikit-optimize's GP model, one kernel fit per
+batch), ``skopt`` (scikit-optimize's own ``Optimizer``: GP, RF, ET or GBRT), ``optuna`` (an Optuna
+sampler: TPE by default), ``random``, ``grid`` and ``evolution`` (CMA-ES). See docs/search.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from gridml.search.validate import point_problems, space_problems
 
 ALGORITHMS = {
     "bayes": "gridml.search.bayes:BayesSearcher",
+    "skopt": "gridml.search.skoptimizer:SkoptSearcher",
+    "optuna": "gridml.search.optuna_sampler:OptunaSearcher",
     "random": "gridml.search.random:RandomSearcher",
     "grid": "gridml.search.grid:GridSearcher",
     "evolution": "gridml.search.evolution:EvolutionSearcher",

@@ -77,7 +77,7 @@ class Dimension(_Strict):
 
 
 class Search(_Strict):
-    algorithm: Literal["bayes", "random", "grid", "evolution"] = "bayes"
+    algorithm: Literal["bayes", "skopt", "optuna", "random", "grid", "evolution"] = "bayes"
     objective: str = "val_loss"
     direction: Literal["minimize", "maximize"] = "minimize"
     max_trials: int = Field(8, ge=1)
