@@ -8,6 +8,7 @@ carries on without losing a metric or submitting a trial twice.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -18,23 +19,41 @@ from pathlib import Path
 from typing import Any
 
 from gridml import planner
+from gridml.data import open_data_manager
 from gridml.data.base import DataManager, FileInfo
-from gridml.errors import ConflictError, GridmlError
-from gridml.executors.base import Executor, TaskStatus
-from gridml.spec import LoadedSpec, parse_walltime
+from gridml.errors import ConflictError, GridmlError, NotFoundError, SpecError
+from gridml.executors.base import Executor, TaskRequest, TaskStatus
+from gridml.spec import LoadedSpec, Spec, parse_walltime
 from gridml.store import ACTIVE_STATES, EpochReport, MetricsStore, Study, Trial, objective_of
 
 log = logging.getLogger("gridml.controller")
+# what a trial leaves in its outputs folder that goes into the study's output dataset
+OUTPUT_SUFFIXES = (".keras", ".h5", ".pt", ".onnx", ".png", ".jsonl", ".json", ".py")
 
 
 def now() -> datetime:
     return datetime.now(UTC)
 
 
+def loaded_from_study(study: Study) -> LoadedSpec:
+    """The campaign's spec as stored with the study (paths already absolute)."""
+    spec = Spec.model_validate({k: v for k, v in study.spec.items() if not k.startswith("x_")})
+    model = Path(spec.payload.model)
+    if not model.is_file():
+        raise NotFoundError(f"study {study.name}: model file {model} is gone",
+                            hint="restore it, or submit the spec again under a new name")
+    return LoadedSpec(spec=spec, path=Path(f"<study {study.name}>"), model_path=model)
+
+
+def data_manager_for(spec: Spec) -> Any:
+    """The campaign's data backend, writing outputs where the spec's output section says."""
+    life = spec.output.lifetime
+    return open_data_manager(spec.backend.data, rse=spec.output.rse,
+                             lifetime=parse_walltime(life) if life is not None else None)
+
+
 def ensure_study(store: MetricsStore, loaded: LoadedSpec) -> Study:
     """The study for this spec: created, or the existing one if the spec is the same campaign."""
-    from gridml.errors import NotFoundError, SpecError
-
     try:
         study = store.get_study(loaded.spec.name)
     except NotFoundError:
@@ -114,31 +133,30 @@ class Campaign:
         return points
 
     def submit(self, trial: Trial) -> None:
-        """Record the submission, write the trial file, then hand it to the executor."""
+        """Record the submission, plan the attempt once, write its trial file, hand it over."""
         trial = self.store.update_trial(trial.id, state="submitted", attempts=trial.attempts + 1,
                                         started=now(), error=None, external_id=None,
                                         last_heartbeat=None)  # the last attempt's is stale
-        workdir = self._workdir(trial)
-        req = planner.task_request(self.loaded, self.study, trial, workdir)
-        self._write_trial_file(trial, req.trial_file, workdir)
+        req = self.request_for(trial)
+        _write_private(req.trial_file, req.trial.dumps())
         handle = self.executor.submit(req)
         self._handles[trial.id] = handle
         self.store.update_trial(trial.id, state="running", external_id=handle)
         log.info("trial %d submitted (%s)", trial.number, handle)
 
-    def _write_trial_file(self, trial: Trial, path: Path, workdir: Path) -> None:
+    def request_for(self, trial: Trial) -> TaskRequest:
+        """The task request of the trial's current attempt (inputs staged, token issued)."""
+        workdir = self._workdir(trial)
         train, val, inputs = self._stage_inputs(workdir)
-        token = self._trial_token(trial, path)
-        api = {"url": self.api_url, "token": token} if self.api_url else None
-        doc = planner.trial_document(
-            self.loaded, self.study, trial, train=train, validation=val, inputs=inputs,
-            output_dir=str(workdir / "outputs"), api=api,
-            git=planner.git_describe(self.loaded.model_path))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
-        tmp.chmod(0o600)  # it holds the trial token
-        tmp.rename(path)
+        token = self._trial_token(trial, workdir / "trial.json")
+        return planner.plan(self.loaded, self.study, trial, workdir, train=train, validation=val,
+                            inputs=inputs,
+                            api={"url": self.api_url, "token": token} if self.api_url else None,
+                            git=self._git)
+
+    @functools.cached_property
+    def _git(self) -> str | None:
+        return planner.git_describe(self.loaded.model_path)
 
     def _trial_token(self, trial: Trial, path: Path) -> str:
         """The trial's token: the one an earlier attempt got, if still valid (a PanDA retry
@@ -176,6 +194,8 @@ class Campaign:
         status = self.executor.poll(handle)
         if status.state in ("completed", "failed", "killed"):
             self.finalize(trial, status)
+        elif status.state in ("submitted", "running") and status.state != trial.state:
+            self.store.update_trial(trial.id, state=status.state)  # e.g. queued at PanDA
         elif status.state == "running" and not self._remote and self._silent(trial):
             # (grid nodes often have no outbound network: no heartbeats; PanDA enforces walltime)
             self.executor.kill(handle)
@@ -202,6 +222,11 @@ class Campaign:
                 else self.store_outputs(trial, outputs, objective)
             self.store.update_trial(trial.id, state=state, objective=objective, finished=now(),
                                     outputs=files)
+            return
+        if status.infrastructure:  # a lost node, not the payload's fault: no retry used up
+            self._add_free_attempt(trial)
+            log.warning("trial %d: %s; resubmitting (no retry used)", trial.number, status.message)
+            self.store.update_trial(trial.id, state="queued", error=status.message)
             return
         error = status.message or "the payload ended without reporting the objective"
         if status.state == "completed":
@@ -234,7 +259,7 @@ class Campaign:
     def store_outputs(self, trial: Trial, outputs: Path, objective: float) -> list[dict[str, Any]]:
         """Upload the trial's model, plots, metrics and provenance into the study's output dataset."""
         files = sorted(p for p in outputs.iterdir() if p.is_file() and not p.name.startswith(".")
-                       and p.suffix in (".keras", ".h5", ".png", ".jsonl", ".json"))
+                       and p.suffix in OUTPUT_SUFFIXES)
         names = [planner.output_name(self.study.name, trial.number, p.name) for p in files]
         meta = {"study": self.study.name, "trial": trial.number, "hparams": trial.hparams,
                 "objective": objective, "objective_name": self.spec.search.objective}
@@ -251,6 +276,12 @@ class Campaign:
     def _interruptions(self, trial: Trial) -> int:
         return _read_int(self._workdir(trial) / "interrupted")
 
+    def _add_free_attempt(self, trial: Trial) -> None:
+        """One more attempt that does not count against backend.retries (Ctrl-C, lost node)."""
+        marker = self._workdir(trial) / "interrupted"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(self._interruptions(trial) + 1))
+
     def interrupt(self) -> None:
         """Ctrl-C: stop every running trial; they go back to the queue for `gridml resume`."""
         for trial in self.store.list_trials(self.study.id, states=("submitted", "running")):
@@ -259,12 +290,19 @@ class Campaign:
                 self.executor.kill(handle)
             # the attempt keeps its number (its folder holds the killed run), so resume starts a
             # fresh one; it is not a failure, so it does not use up a retry
-            marker = self._workdir(trial) / "interrupted"
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(str(self._interruptions(trial) + 1))
+            self._add_free_attempt(trial)
             self.store.update_trial(trial.id, state="queued", error="interrupted (Ctrl-C)")
         self.executor.close()
         self.store.set_study_state(self.study.id, "stopped")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Atomically, readable by the user only (a trial file holds the trial's token)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o600)
+    tmp.rename(path)
 
 
 def _read_int(path: Path) -> int:

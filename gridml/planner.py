@@ -1,7 +1,9 @@
-"""Pure planning: spec + a trial -> the trial contract (trial.json) and a TaskRequest.
+"""Pure planning: spec + a trial -> one :class:`TaskRequest` with the trial contract inside.
 
-No I/O here (the caller writes the file), so the output is golden-file testable and the dry-run
-executor comes for free.
+One call, :func:`plan`, derives everything an executor needs from the spec and the trial; no
+executor reads ``trial.json`` back, rebuilds a spec or opens a data store of its own. No I/O here
+(the controller writes the trial file and stages inputs), so the output is golden-file testable
+and the dry run comes for free.
 """
 
 from __future__ import annotations
@@ -9,16 +11,53 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gridml import __version__
-from gridml.executors.base import TaskRequest
 from gridml.spec import LoadedSpec, parse_walltime
 from gridml.store import Study, Trial
+from payloads.runtime import trial as contract
 
-CONTRACT_VERSION = 1
-OUTPUT_FILES = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json")
+CONTRACT_VERSION = contract.CONTRACT_VERSION
+OUTPUT_FILES = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
+                "model_source.py")
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    """One attempt of one trial: everything an executor needs, derived once from the spec."""
+
+    study: str
+    trial_id: int
+    trial_number: int
+    attempt: int
+    workdir: Path  # the trial's directory: trial.json, outputs/, attempt-N/ logs
+    trial: contract.TrialDoc  # the trial contract the payload reads (trial.json)
+    model_file: Path  # the user's model file (its source travels to remote nodes)
+    workers: int  # ranks in all
+    cores: int
+    gpus: int
+    memory_gb: float
+    walltime_s: int
+    nodes: int = 1
+    container: str | None = None
+    vram_gb: float | None = None
+    launcher: str = "gloo"  # horovodrun's controller: gloo | mpi
+    train_dids: tuple[str, ...] = ()
+    validation_dids: tuple[str, ...] = ()
+    output_dataset: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    site: dict[str, Any] = field(default_factory=dict)  # the executor's own spec section
+
+    @property
+    def trial_file(self) -> Path:
+        return self.workdir / "trial.json"
+
+    @property
+    def input_dids(self) -> list[str]:
+        return [*self.train_dids, *self.validation_dids]
 
 
 def trial_seed(study_seed: int, number: int) -> int:
@@ -34,47 +73,50 @@ def output_name(study: str, number: int, filename: str) -> str:
 
 def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: list[str],
                    validation: list[str], inputs: list[dict[str, Any]], output_dir: str,
-                   api: dict[str, str] | None, git: str | None = None) -> dict[str, Any]:
-    """The trial contract (docs/trial-contract.md) as a JSON-ready dict."""
+                   api: dict[str, str] | None, git: str | None = None) -> contract.TrialDoc:
+    """The trial contract (payloads/runtime/trial.py, docs/trial-contract.md)."""
     spec = loaded.spec
     tr = spec.training
-    return {
-        "version": CONTRACT_VERSION,
-        "study": study.name, "study_id": study.id,
-        "trial_id": trial.id, "trial_number": trial.number,
-        "hparams": trial.hparams,
-        "model_file": str(loaded.model_path),
-        "training": {
-            "epochs": tr.epochs, "batch_size": tr.batch_size, "loss": tr.loss,
-            "metrics": list(tr.metrics), "optimizer": tr.optimizer,
-            "mixed_precision": tr.mixed_precision, **tr.options,
-        },
-        "data": {"features": spec.data.features, "labels": spec.data.labels,
-                 "ragged": list(spec.data.ragged), "train": train, "validation": validation},
-        "inputs": inputs,
-        "output_dir": output_dir,
-        "seed": trial_seed(spec.search.seed, trial.number),
-        "resources": {"cores": spec.resources.cores, "gpus": spec.resources.gpus},
-        "api": api,
+    return contract.TrialDoc(
+        study=study.name, study_id=study.id, trial_id=trial.id, trial_number=trial.number,
+        hparams=dict(trial.hparams), model_file=loaded.model_path,
+        training=contract.Training(
+            framework=spec.payload.framework, epochs=tr.epochs, batch_size=tr.batch_size,
+            loss=tr.loss, metrics=tuple(tr.metrics), optimizer=tr.optimizer,
+            mixed_precision=tr.mixed_precision, workers=tr.workers, launcher=tr.horovod,
+            options=tr.options),
+        data=contract.Data(features=tuple(spec.data.dids("features")),
+                           labels=spec.data.labels, ragged=tuple(spec.data.ragged),
+                           train=tuple(train), validation=tuple(validation)),
+        inputs=tuple(inputs), output_dir=Path(output_dir),
+        seed=trial_seed(spec.search.seed, trial.number),
+        resources=contract.Resources(cores=spec.resources.cores, gpus=spec.resources.gpus),
+        api=contract.Api(url=api["url"], token=api.get("token")) if api else None,
         # a few heartbeats per timeout, so a healthy trial is never taken for a hung one
-        "heartbeat_s": max(1, min(30, parse_walltime(spec.backend.heartbeat_timeout) // 3)),
-        "early_stopping": spec.search.early_stopping is not None,
-        "provenance": {"spec": loaded.resolved(), "spec_hash": loaded.hash,
-                       "gridml_version": __version__, "git": git, "inputs": inputs},
-    }
+        heartbeat_s=max(1, min(30, parse_walltime(spec.backend.heartbeat_timeout) // 3)),
+        early_stopping=spec.search.early_stopping is not None,
+        provenance={"spec": loaded.resolved(), "spec_hash": loaded.hash,
+                    "gridml_version": __version__, "git": git, "inputs": list(inputs)})
 
 
-def task_request(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path) -> TaskRequest:
+def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train: list[str],
+         validation: list[str], inputs: list[dict[str, Any]], api: dict[str, str] | None,
+         git: str | None = None) -> TaskRequest:
+    """The task request of the trial's current attempt, with its trial document inside."""
     spec = loaded.spec
+    doc = trial_document(loaded, study, trial, train=train, validation=validation, inputs=inputs,
+                         output_dir=str(workdir / "outputs"), api=api, git=git)
+    section = getattr(spec, spec.backend.executor, None)
     return TaskRequest(
-        study=study.name, trial_id=trial.id, trial_number=trial.number, workdir=workdir,
-        trial_file=workdir / "trial.json", workers=spec.training.workers,
-        cores=spec.resources.cores, gpus=spec.resources.gpus, memory_gb=spec.resources.memory_gb,
-        walltime_s=spec.resources.walltime_s, container=spec.resources.container,
-        input_dids=spec.data.dids("train") + spec.data.dids("validation"),
+        study=study.name, trial_id=trial.id, trial_number=trial.number,
+        attempt=max(1, trial.attempts), workdir=workdir, trial=doc, model_file=loaded.model_path,
+        workers=spec.training.workers, cores=spec.resources.cores, gpus=spec.resources.gpus,
+        memory_gb=spec.resources.memory_gb, walltime_s=spec.resources.walltime_s,
+        container=spec.resources.container, vram_gb=spec.resources.vram_gb,
+        launcher=spec.training.horovod, train_dids=tuple(spec.data.dids("train")),
+        validation_dids=tuple(spec.data.dids("validation")),
         output_dataset=loaded.output_dataset,
-        extra={"horovod": spec.training.horovod, "attempt": trial.attempts},
-    )
+        site=section.model_dump(mode="json") if section is not None else {})
 
 
 def payload_command(workers: int, controller: str, trial_file: str,
@@ -87,7 +129,7 @@ def payload_command(workers: int, controller: str, trial_file: str,
 def local_payload_command(req: TaskRequest) -> list[str]:
     """The command for this machine: the running interpreter and its environment's horovodrun."""
     bindir = Path(sys.executable).parent
-    return payload_command(req.workers, req.extra.get("horovod", "gloo"), str(req.trial_file),
+    return payload_command(req.workers, req.launcher, str(req.trial_file),
                            python=sys.executable, horovodrun=str(bindir / "horovodrun"))
 
 

@@ -15,32 +15,12 @@ from rich.table import Table
 
 from gridml import plots
 from gridml.controller import Campaign
-from gridml.errors import GridmlError, NotFoundError
+from gridml.errors import GridmlError
 from gridml.settings import settings
-from gridml.spec import LoadedSpec, Spec
+from gridml.spec import LoadedSpec
 from gridml.store import MetricsStore, Study, Trial, best_trial
 
 console = Console(stderr=True)
-
-
-def loaded_from_study(study: Study) -> LoadedSpec:
-    """The campaign's spec as stored with the study (paths already absolute)."""
-    spec = Spec.model_validate({k: v for k, v in study.spec.items() if not k.startswith("x_")})
-    model = Path(spec.payload.model)
-    if not model.is_file():
-        raise NotFoundError(f"study {study.name}: model file {model} is gone",
-                            hint="restore it, or submit the spec again under a new name")
-    return LoadedSpec(spec=spec, path=Path(f"<study {study.name}>"), model_path=model)
-
-
-def data_manager_for(spec: Spec) -> Any:
-    """The campaign's data backend, writing outputs where the spec's output section says."""
-    from gridml.data import open_data_manager
-    from gridml.spec import parse_walltime
-
-    life = spec.output.lifetime
-    return open_data_manager(spec.backend.data, rse=spec.output.rse,
-                             lifetime=parse_walltime(life) if life is not None else None)
 
 
 def progress_table(study: Study, trials: list[Trial]) -> Table:
@@ -62,18 +42,11 @@ def _short(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def _executor(loaded: LoadedSpec, dry_run: bool) -> Any:
+def _executor(loaded: LoadedSpec, data: Any, runs_dir: Path, dry_run: bool) -> Any:
     from gridml import executors
 
-    if not dry_run:
-        return executors.create(loaded.spec.backend.executor)
-    from gridml.executors.dryrun import DryRunExecutor, render_local
-
-    if loaded.spec.backend.executor == "panda":
-        from gridml.executors.panda import render_for_request  # type: ignore[import-not-found]
-
-        return DryRunExecutor(render=lambda req: render_for_request(loaded, req), remote=True)
-    return DryRunExecutor(render=render_local)
+    name = loaded.spec.backend.executor
+    return executors.create(name, data=data, journal=runs_dir / ".journal" / name, dry_run=dry_run)
 
 
 def dry_run(loaded: LoadedSpec, data: Any) -> list[dict[str, Any]]:
@@ -82,7 +55,7 @@ def dry_run(loaded: LoadedSpec, data: Any) -> list[dict[str, Any]]:
 
     with tempfile.TemporaryDirectory(prefix="gridml-dryrun-") as tmp:
         store = open_store(f"sqlite:///{tmp}/dry.db")
-        executor = _executor(loaded, dry_run=True)
+        executor = _executor(loaded, data, Path(tmp) / "runs", dry_run=True)
         campaign = Campaign(loaded, store, executor, data, Path(tmp) / "runs", api_url="http://SERVER")
         campaign.step()
         dispose = getattr(store, "close", None)
@@ -107,7 +80,7 @@ def run_local(loaded: LoadedSpec, data: Any, *, quiet: bool = False,
         stack.callback(server.stop)
         live = stack.enter_context(Live(console=console, refresh_per_second=2, transient=False)) \
             if not quiet else None
-        campaign = Campaign(loaded, store, _executor(loaded, dry_run=False), data, cfg.runs_dir,
+        campaign = Campaign(loaded, store, _executor(loaded, data, cfg.runs_dir, dry_run=False), data, cfg.runs_dir,
                             api_url=server.url,
                             on_cycle=(lambda s, t: live.update(progress_table(s, t))) if live else None)
         if fixed and not store.list_trials(campaign.study.id):

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gridml.controller import Campaign
+from gridml.controller import Campaign, data_manager_for, loaded_from_study
 from gridml.errors import GridmlError
 from gridml.store import MetricsStore, Study
 
@@ -36,27 +36,24 @@ class CampaignService:
                  executor_options: dict[str, Any] | None = None) -> None:
         self.store, self.runs_dir, self.api_url, self.poll_s = store, runs_dir, api_url, poll_s
         self.executor_options = executor_options or {}
-        self._executors: dict[str, Any] = {}
+        self._executors: dict[int, Any] = {}  # study id -> its campaign's executor
         self._campaigns: dict[int, Campaign] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _executor(self, name: str) -> Any:
-        from gridml import executors
-
-        if name not in self._executors:
-            self._executors[name] = executors.create(name, **self.executor_options.get(name, {}))
-        return self._executors[name]
-
     def _campaign(self, study: Study) -> Campaign:
         if study.id not in self._campaigns:
-            from gridml.runner import data_manager_for, loaded_from_study
+            from gridml import executors
 
             materialise_model(study, self.runs_dir)
             loaded = loaded_from_study(study)
-            self._campaigns[study.id] = Campaign(
-                loaded, self.store, self._executor(loaded.spec.backend.executor),
-                data_manager_for(loaded.spec), self.runs_dir, api_url=self.api_url)
+            data = data_manager_for(loaded.spec)
+            name = loaded.spec.backend.executor
+            self._executors[study.id] = executors.create(
+                name, data=data, journal=self.runs_dir / ".journal" / name,
+                **self.executor_options.get(name, {}))
+            self._campaigns[study.id] = Campaign(loaded, self.store, self._executors[study.id],
+                                                 data, self.runs_dir, api_url=self.api_url)
         return self._campaigns[study.id]
 
     def run_once(self) -> int:

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_trial(argv[0])
         plan = threads.plan_threads(cfg.cores, threads.local_ranks())
         threads.apply_env(plan)  # before TensorFlow is imported anywhere
-        from payloads.runtime.session import run
+        from payloads.runtime.fit import run  # imports TensorFlow: after the thread setup
 
         return run(cfg, plan)
     except PayloadFailure as e:

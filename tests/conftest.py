@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,11 +27,24 @@ def repo_root() -> Path:
     return ROOT
 
 
+# What a user's shell may hold that would point a test at the user's own store or server.
+USER_VARIABLES = ("GRIDML_HOME", "GRIDML_DB_URL", "GRIDML_DATA_BACKEND", "GRIDML_SERVER",
+                  "GRIDML_TOKEN", "GRIDML_CREATE_TOKEN", "GRIDML_SERVE_DB", "GRIDML_TRIAL_DIR")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """No test may read or write the user's store, whatever the environment holds: every
+    variable naming one is dropped for the whole run (subprocesses included), and GRIDML_HOME
+    points into a folder of the run's own. Tests that need a variable set it themselves."""
+    for name in USER_VARIABLES:
+        os.environ.pop(name, None)
+    os.environ["GRIDML_HOME"] = tempfile.mkdtemp(prefix="gridml-test-home-")
+
+
 @pytest.fixture(autouse=True)
 def _no_user_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """No test may touch the user's ~/.gridml: default GRIDML_HOME to a temporary folder."""
-    if "GRIDML_HOME" not in os.environ or os.environ["GRIDML_HOME"].startswith(str(Path.home())):
-        monkeypatch.setenv("GRIDML_HOME", str(tmp_path_factory.mktemp("home")))
+    """Each test its own GRIDML_HOME (one test's studies never show up in another's listing)."""
+    monkeypatch.setenv("GRIDML_HOME", str(tmp_path_factory.mktemp("home")))
 
 
 @pytest.fixture(scope="session")

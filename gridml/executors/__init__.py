@@ -1,26 +1,38 @@
-"""Executors: ``create(name)`` is the one place that chooses a backend."""
+"""Executors: ``create(name, ...)`` is the one place that chooses a backend (dry runs too)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from gridml.errors import UsageError
 from gridml.executors.base import Executor, TaskRequest, TaskStatus
 
-__all__ = ["Executor", "TaskRequest", "TaskStatus", "create"]
+__all__ = ["EXECUTORS", "Executor", "TaskRequest", "TaskStatus", "create"]
+
+EXECUTORS = ("local", "panda", "dryrun")
 
 
-def create(name: str, **options: Any) -> Executor:
+def create(name: str, *, data: Any = None, journal: Path | None = None, dry_run: bool = False,
+           **options: Any) -> Executor:
+    """The executor ``name`` for a campaign whose data manager is ``data``; ``journal``: a folder
+    where it keeps what it needs to find its tasks again after a restart. ``dry_run``: render
+    what ``name`` would submit, submit nothing."""
+    # each backend is imported only when chosen (PanDA's pulls in panda-client)
+    if dry_run or name == "dryrun":
+        from gridml.executors.dryrun import DryRunExecutor, render_local
+
+        if name == "panda":
+            from gridml.executors.panda_request import render_for_request
+
+            return DryRunExecutor(render=render_for_request, remote=True)
+        return DryRunExecutor(render=render_local)
     if name == "local":
         from gridml.executors.local import LocalExecutor
 
         return LocalExecutor(**options)
     if name == "panda":
-        from gridml.executors.panda import PandaExecutor  # type: ignore[import-not-found]
+        from gridml.executors.panda import PandaExecutor
 
-        return PandaExecutor(**options)  # type: ignore[no-any-return]
-    if name == "dryrun":
-        from gridml.executors.dryrun import DryRunExecutor
-
-        return DryRunExecutor(**options)
-    raise UsageError(f"unknown executor {name!r}", hint="use local, panda or dryrun")
+        return PandaExecutor(data=data, journal=journal, **options)
+    raise UsageError(f"unknown executor {name!r}", hint=f"use one of {', '.join(EXECUTORS)}")

@@ -2,35 +2,21 @@
 
 Backends: ``local`` (process groups on this machine; default), ``panda`` (panda-client -> JEDI
 task), ``dryrun`` (renders what would be submitted, submits nothing). ``gridml.executors.create``
-is the one place that chooses.
+is the one place that chooses. Every backend passes tests/integration/test_executor_contract.py.
+
+An executor takes everything from the :class:`~gridml.planner.TaskRequest` (the trial document
+is inside it) and the campaign's data manager it was created with; what it needs to poll a handle
+after a controller restart it keeps in its own journal.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gridml.planner import TaskRequest
 
-@dataclass
-class TaskRequest:
-    """One trial to run: what the planner derives from the spec and a proposed point."""
-
-    study: str
-    trial_id: int
-    trial_number: int
-    workdir: Path  # the trial's directory: trial.json, outputs/, logs
-    trial_file: Path  # the trial contract (JSON) given to the payload
-    workers: int  # Horovod ranks
-    cores: int
-    gpus: int
-    memory_gb: float
-    walltime_s: int
-    container: str | None = None
-    input_dids: list[str] = field(default_factory=list)
-    output_dataset: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+__all__ = ["Executor", "TaskRequest", "TaskStatus"]
 
 
 @dataclass
@@ -42,13 +28,16 @@ class TaskStatus:
     # this ([{did, name, bytes, adler32}]) and put metrics.jsonl/result.json into
     # <workdir>/outputs for the controller; the controller then uploads nothing itself.
     stored_outputs: list[dict[str, Any]] | None = None
+    # True: the infrastructure lost the task (node lost, preempted, killed on request), not the
+    # payload: the controller resubmits it without using up one of the trial's retries.
+    infrastructure: bool = False
 
 
 class Executor(Protocol):
     name: str
     remote: bool  # True: the job stages its inputs in itself (trial file lists file names, not paths)
 
-    def submit(self, req: TaskRequest) -> str: ...  # -> handle (external id); idempotent per trial
+    def submit(self, req: TaskRequest) -> str: ...  # -> handle (external id); idempotent per attempt
     def poll(self, handle: str) -> TaskStatus: ...
     def kill(self, handle: str) -> None: ...
     def close(self) -> None: ...  # stop everything still running (Ctrl-C)

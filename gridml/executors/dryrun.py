@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from gridml.executors.base import TaskRequest, TaskStatus
@@ -20,7 +21,8 @@ class DryRunExecutor:
     name = "dryrun"
     remote = False
 
-    def __init__(self, render: Any = render_local, remote: bool = False) -> None:
+    def __init__(self, render: Callable[[TaskRequest], dict[str, Any]] = render_local,
+                 remote: bool = False) -> None:
         self.render = render
         self.remote = remote  # rendering for a remote executor: inputs are not staged here
         self.rendered: list[dict[str, Any]] = []

@@ -64,7 +64,7 @@ class LocalExecutor:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     def _attempt_dir(self, req: TaskRequest) -> Path:
-        return req.workdir / f"attempt-{req.extra.get('attempt', 1)}"
+        return req.workdir / f"attempt-{req.attempt}"
 
     def submit(self, req: TaskRequest) -> str:
         run = self._attempt_dir(req)

@@ -8,7 +8,10 @@ fetches the trial's metrics.jsonl and result.json from its output datasets (pilo
 :mod:`gridml.executors.panda_client`; the per-trial journal in :mod:`.panda_journal`.
 
 Idempotence: the task name is unique per trial (``user.<nick>.<study>.trial-NNNN/``), and the task
-id is journaled in ``<workdir>/panda.json`` as soon as the server answers. A resubmission of the
+id is journaled in ``<workdir>/panda.json`` as soon as the server answers; the task's parameters
+and the trial's output folder in the executor's journal folder, so a restarted controller polls
+its tasks without asking the server for anything but their status. A task killed on request
+(Ctrl-C) is marked there: a resumed campaign never follows it again, it submits a new one. A resubmission of the
 same attempt (controller crash) finds the task again, through the journal or the server's
 "duplicate task" answer, and never creates a second one. A later attempt of a failed or finished
 task is ``retryTask``; one whose task cannot be retried (broken, aborted, done, exhausted) gets a
@@ -28,15 +31,9 @@ from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFou
 from gridml.executors import panda_client as pc
 from gridml.executors import panda_journal as journal
 from gridml.executors.base import TaskRequest, TaskStatus
-from gridml.executors.panda_outputs import collect_outputs, log_tail, trial_doc_of
+from gridml.executors.panda_outputs import collect_outputs, log_tail
 from gridml.executors.panda_render import PandaTask, render_task_params
-from gridml.executors.panda_request import (
-    loaded_from_trial,
-    render_for_request,
-    resolve_nickname,
-    task_from_request,
-)
-from gridml.spec import LoadedSpec
+from gridml.executors.panda_request import render_for_request, resolve_nickname, task_from_request
 
 __all__ = ["PandaExecutor", "render_for_request", "task_id_of", "trial_state"]
 
@@ -67,28 +64,25 @@ class PandaExecutor:
     name = "panda"
     remote = True
 
-    def __init__(self, loaded: LoadedSpec | None = None, data: Any = None) -> None:
-        self.loaded = loaded
-        self._data = data
+    def __init__(self, data: Any, journal: Path | None = None) -> None:
+        self._data = data  # the campaign's data manager: outputs and logs are read through it
+        self._journal = journal  # folder: one <task id>.json per task (params, output folder)
         self._tasks: dict[str, tuple[dict[str, Any], Path]] = {}  # handle -> (params, output_dir)
         self._missing: dict[str, float] = {}  # handle -> since when JEDI does not know the task
 
     # -- submit ------------------------------------------------------------------------------
     def submit(self, req: TaskRequest) -> str:
         """Submit the trial's task, or find the one already submitted for this attempt."""
-        doc = json.loads(req.trial_file.read_text())
-        loaded = self.loaded or loaded_from_trial(doc)
-        attempt = int(req.extra.get("attempt") or 1)
-        task = task_from_request(loaded, req, doc, resolve_nickname(loaded.spec),
-                                 source_url=pc.source_url(), client_version=pc.client_version())
+        task = task_from_request(req, resolve_nickname(req.site), source_url=pc.source_url(),
+                                 client_version=pc.client_version())
         noted = journal.read(req.workdir)
         if noted:
-            found = self._resume(noted, attempt, req)
+            found = self._resume(noted, req.attempt, req)
             if found:
                 return found
-        params = render_task_params(self._named(task, noted, attempt))
-        task_id = self._insert(params, req, attempt)
-        return self._remember(task_id, params, Path(doc["output_dir"]))
+        params = render_task_params(self._named(task, noted, req.attempt))
+        task_id = self._insert(params, req, req.attempt)
+        return self._remember(task_id, params, req.trial.output_dir)
 
     def _named(self, task: PandaTask, noted: dict[str, Any] | None, attempt: int) -> PandaTask:
         """A fresh task name (``.aK``) when the trial's earlier task cannot be retried."""
@@ -97,8 +91,12 @@ class PandaExecutor:
         return task
 
     def _resume(self, noted: dict[str, Any], attempt: int, req: TaskRequest) -> str | None:
-        """The handle of the journaled task when it serves this attempt (resubmission or retry)."""
+        """The handle of the journaled task when it serves this attempt (resubmission or retry).
+
+        A task killed on request never does: PanDA may still show it running while it aborts."""
         task_id = int(noted["jediTaskID"])
+        if noted.get("killed"):
+            return None
         try:
             status = pc.task_status(task_id)
         except NotFoundError:
@@ -112,7 +110,7 @@ class PandaExecutor:
             journal.record_retry(req.workdir, task_id, status, attempt)
         else:
             return None
-        return self._remember(task_id, pc.task_params(task_id), None)
+        return self._remember(task_id, self._task_params(task_id), req.trial.output_dir)
 
     def _insert(self, params: dict[str, Any], req: TaskRequest, attempt: int) -> int:
         try:
@@ -125,10 +123,17 @@ class PandaExecutor:
         journal.record_task(req.workdir, params["taskName"], task_id, attempt, pc.server_url())
         return task_id
 
-    def _remember(self, task_id: int, params: dict[str, Any], output_dir: Path | None) -> str:
+    def _remember(self, task_id: int, params: dict[str, Any], output_dir: Path) -> str:
         handle = f"panda:{task_id}"
-        self._tasks[handle] = (params, output_dir or Path(trial_doc_of(params)["output_dir"]))
+        self._tasks[handle] = (params, output_dir)
+        if self._journal is not None:
+            journal.write_task(self._journal, task_id, params, output_dir)
         return handle
+
+    def _task_params(self, task_id: int) -> dict[str, Any]:
+        """The task's parameters: from the journal, else from the server."""
+        noted = journal.read_task(self._journal, task_id) if self._journal else None
+        return noted[0] if noted else pc.task_params(task_id)
 
     # -- follow ------------------------------------------------------------------------------
     def poll(self, handle: str) -> TaskStatus:
@@ -174,9 +179,12 @@ class PandaExecutor:
         return noted.get("submitted_at") if noted.get("jediTaskID") == task_id else None
 
     def _task(self, handle: str) -> tuple[dict[str, Any], Path]:
-        if handle not in self._tasks:  # a restarted controller: ask the server
-            params = pc.task_params(task_id_of(handle))
-            self._remember(task_id_of(handle), params, None)
+        if handle not in self._tasks:  # a restarted controller: its journal knows the task
+            noted = journal.read_task(self._journal, task_id_of(handle)) if self._journal else None
+            if noted is None:
+                raise ExecutorError(f"{handle}: not in this executor's journal ({self._journal})",
+                                    hint="poll it from the campaign that submitted it")
+            self._tasks[handle] = noted
         return self._tasks[handle]
 
     def _completed(self, params: dict[str, Any], task_id: int, output_dir: Path,
@@ -199,10 +207,9 @@ class PandaExecutor:
 
     def _data_for(self, params: dict[str, Any]) -> Any:
         if self._data is None:
-            from gridml.data import open_data_manager
-
-            self._data = open_data_manager(self.loaded.spec.backend.data if self.loaded
-                                           else _data_backend(trial_doc_of(params)))
+            raise ExecutorError("the PanDA executor was created without the campaign's data "
+                                "manager: it cannot read the task's outputs",
+                                hint="create it with executors.create('panda', data=...)")
         return self._data
 
     # -- control -----------------------------------------------------------------------------
@@ -212,10 +219,21 @@ class PandaExecutor:
         trial follows the task again instead of starting a second one."""
         try:
             log.info("%s: %s", handle, pc.kill(task_id_of(handle)))
+            self._mark_killed(handle)
         except NotFoundError as exc:
             log.info("%s: nothing to kill: %s", handle, exc)
         except ExecutorError as exc:
             log.error("%s: could not be killed, it may still run at PanDA: %s", handle, exc)
+
+    def _mark_killed(self, handle: str) -> None:
+        """PanDA accepted the kill: the trial's journal says so, so a resumed campaign starts a
+        new task for the trial instead of following this one while it aborts."""
+        if handle in self._tasks or self._journal is not None:
+            try:
+                _, output_dir = self._task(handle)
+            except ExecutorError:
+                return
+            journal.record_kill(output_dir.parent, task_id_of(handle))
 
     def retry(self, handle: str) -> str:
         """retryTask: PanDA runs the task's failed jobs again; the handle stays the same."""
@@ -228,12 +246,6 @@ class PandaExecutor:
     def close(self) -> None:
         """Nothing runs here: grid tasks go on (Ctrl-C kills them through ``kill`` first)."""
         self._tasks.clear()
-
-
-def _data_backend(doc: dict[str, Any]) -> str | None:
-    """The campaign's ``backend.data`` as the trial file records it (None: the setting)."""
-    spec = doc.get("provenance", {}).get("spec", {})
-    return spec.get("backend", {}).get("data") if isinstance(spec, dict) else None
 
 
 def _job_summary(task_id: int) -> str:

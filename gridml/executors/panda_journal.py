@@ -39,6 +39,33 @@ def record_task(workdir: Path, task_name: str, task_id: int, attempt: int, serve
                     "server": server, "submitted_at": time.time()})
 
 
+def record_kill(workdir: Path, task_id: int) -> None:
+    """The task was killed on request (its trial goes back to the queue): never follow it again."""
+    doc = read(workdir)
+    if doc and int(doc["jediTaskID"]) == task_id:
+        write(workdir, dict(doc, killed=time.time()))
+
+
+def write_task(folder: Path, task_id: int, params: dict[str, Any], output_dir: Path) -> None:
+    """What polling a task needs after a restart: its parameters and the trial's output folder."""
+    path = folder / f"{task_id}.json"
+    if path.exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{task_id}.json.tmp"
+    tmp.write_text(json.dumps({"params": params, "output_dir": str(output_dir)}, sort_keys=True))
+    tmp.chmod(0o600)  # the parameters hold the trial token
+    tmp.replace(path)
+
+
+def read_task(folder: Path, task_id: int) -> tuple[dict[str, Any], Path] | None:
+    try:
+        doc = json.loads((folder / f"{task_id}.json").read_text())
+        return dict(doc["params"]), Path(doc["output_dir"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def record_retry(workdir: Path, task_id: int, from_status: str, attempt: int | None = None) -> None:
     doc = read(workdir) or {"jediTaskID": task_id}
     if attempt is not None:

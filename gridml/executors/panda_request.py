@@ -1,12 +1,12 @@
 """From a trial's TaskRequest to its :class:`PandaTask` and task parameters (``--dry-run`` too).
 
-The I/O around the pure renderer: the trial file the controller wrote, the user's model file, and
-the grid nickname (the spec's, or panda-client's answer from the token or proxy).
+The I/O around the pure renderer: the user's model file, and the grid nickname (the spec's
+``panda.nickname``, or panda-client's answer from the token or proxy). Everything else comes from
+the request: the trial document is inside it, the spec's ``panda`` section is ``req.site``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -22,16 +22,15 @@ from gridml.executors.panda_render import (
     job_command,
     render_task_params,
 )
-from gridml.spec import LoadedSpec, Spec
 
 log = logging.getLogger("gridml.executors.panda")
 PLACEHOLDER_NICK = "NICKNAME"
 
 
-def resolve_nickname(spec: Spec, *, dry_run: bool = False) -> str:
+def resolve_nickname(site: dict[str, Any], *, dry_run: bool = False) -> str:
     """The grid nickname: ``panda.nickname``, else panda-client's own answer from the token/proxy."""
-    if spec.panda.nickname:
-        return spec.panda.nickname
+    if site.get("nickname"):
+        return str(site["nickname"])
     try:
         return _nickname_from_credentials()
     except ExecutorError:
@@ -62,26 +61,26 @@ def _nickname_from_credentials() -> str:
     return str(nick)
 
 
-def task_from_request(loaded: LoadedSpec, req: TaskRequest, doc: dict[str, Any], nickname: str,
-                      *, source_url: str | None = None, client_version: str = "2.2.0") -> PandaTask:
-    """The :class:`PandaTask` for one trial, from its trial file (``doc``) and the model file."""
-    spec = loaded.spec
-    doc = grid_trial_document(doc)
-    model_src = loaded.model_path.read_bytes()
-    problem = check_model_size(model_src, loaded.model_path.name)
+def task_from_request(req: TaskRequest, nickname: str, *, source_url: str | None = None,
+                      client_version: str = "2.2.0") -> PandaTask:
+    """The :class:`PandaTask` for one trial attempt, from its request and the model file."""
+    doc = grid_trial_document(req.trial.to_json())
+    model_src = req.model_file.read_bytes()
+    problem = check_model_size(model_src, req.model_file.name)
     if problem:
         raise ExecutorError(problem)
-    command = job_command(doc, model_src, loaded.model_path.name, workers=req.workers,
-                          controller=req.extra.get("horovod", spec.training.horovod), gpus=req.gpus,
-                          env=req.env)
+    command = job_command(doc, model_src, req.model_file.name, workers=req.workers,
+                          controller=req.launcher, gpus=req.gpus, env=req.env)
+    site = req.site
     return PandaTask(
         nickname=nickname, study=req.study, trial_number=req.trial_number,
-        train=spec.data.dids("train"), validation=spec.data.dids("validation"),
+        train=list(req.train_dids), validation=list(req.validation_dids),
         n_train=len(doc["data"]["train"]), n_validation=len(doc["data"]["validation"]),
         command=command, cores=req.cores, memory_gb=req.memory_gb, walltime_s=req.walltime_s,
-        gpus=req.gpus, vram_gb=spec.resources.vram_gb, container=req.container,
-        site=spec.panda.site, working_group=spec.panda.working_group, vo=spec.panda.vo,
-        rse=spec.panda.rse, client_version=client_version, source_url=source_url,
+        gpus=req.gpus, vram_gb=req.vram_gb, container=req.container,
+        site=site.get("site"), working_group=site.get("working_group"),
+        vo=site.get("vo") or "atlas", rse=site.get("rse"), client_version=client_version,
+        source_url=source_url,
         cli_params=f"gridml {__version__} submit: study {req.study}, trial {req.trial_number}")
 
 
@@ -94,11 +93,10 @@ def grid_trial_document(doc: dict[str, Any]) -> dict[str, Any]:
     return dict(doc, data=data)
 
 
-def render_for_request(loaded: LoadedSpec, req: TaskRequest) -> dict[str, Any]:
+def render_for_request(req: TaskRequest) -> dict[str, Any]:
     """The JEDI task parameter map ``submit`` would send for ``req`` (used by ``--dry-run``)."""
-    doc = json.loads(req.trial_file.read_text())
-    nick = resolve_nickname(loaded.spec, dry_run=True)
-    task = task_from_request(loaded, req, doc, nick, source_url=pc.source_url(),
+    nick = resolve_nickname(req.site, dry_run=True)
+    task = task_from_request(req, nick, source_url=pc.source_url(),
                              client_version=_client_version())
     return render_task_params(task)
 
@@ -108,9 +106,3 @@ def _client_version() -> str:
         return pc.client_version()
     except ImportError:  # pragma: no cover
         return "2.2.0"
-
-
-def loaded_from_trial(doc: dict[str, Any]) -> LoadedSpec:
-    """The campaign's spec as the trial file carries it (provenance.spec, paths absolute)."""
-    spec = Spec.model_validate(doc["provenance"]["spec"])
-    return LoadedSpec(spec=spec, path=Path(f"{spec.name}.yaml"), model_path=Path(doc["model_file"]))

@@ -176,9 +176,11 @@ def _check_module(path: Path, function: str) -> str | None:
     if not path.is_file():
         return f"{path}: no such file; give the path of your preprocessing module"
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(path.read_bytes(), filename=str(path))
     except SyntaxError as exc:
         return f"{path}:{exc.lineno}: syntax error: {exc.msg}; fix the module"
+    except (ValueError, OSError) as exc:  # NUL bytes, unreadable
+        return f"{path}: not a Python source file ({exc}); give your preprocessing module"
     names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     if function not in names:
         return f"{path.name} defines no function {function!r}; define {function}(events, params)"

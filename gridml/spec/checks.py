@@ -31,9 +31,11 @@ def check_model_file(path: Path) -> list[Problem]:
     if not path.is_file():
         return [(loc, f"model file {path} does not exist; give a path relative to the spec's folder")]
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(path.read_bytes(), filename=str(path))
     except SyntaxError as exc:
         return [(loc, f"{path}:{exc.lineno}: syntax error: {exc.msg}")]
+    except (ValueError, OSError) as exc:  # NUL bytes, unreadable
+        return [(loc, f"{path}: not a Python source file ({exc}); give the model's .py file")]
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "build_model":
             n_args = len(node.args.args) + len(node.args.posonlyargs)

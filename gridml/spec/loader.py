@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,7 +60,20 @@ def read_yaml(path: Path, *, kind: str = "spec", sections: str = "name:, payload
     documents become SpecError."""
     if not path.is_file():
         raise SpecError(f"{path}: no such file", hint=f"check the path of the {kind}")
-    text = path.read_text()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read ({exc.strerror})",
+                        hint=f"check the {kind}'s path and permissions") from None
+    if b"\x00" in raw:
+        raise SpecError(f"{path}:1: not a text file (it holds NUL bytes); give the YAML {kind}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise SpecError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                        f"{exc.start}); save the {kind} as UTF-8, e.g. "
+                        f"`iconv -f latin1 -t utf-8 {path.name}`") from None
     try:
         data = yaml.safe_load(text)
         lines, dups = line_map(text)
@@ -73,7 +89,49 @@ def read_yaml(path: Path, *, kind: str = "spec", sections: str = "name:, payload
     return data, lines
 
 
-def _message(err: dict[str, Any], reference: str) -> tuple[Loc, str]:
+def _fields_at(model: Any, loc: Loc) -> list[str]:
+    """The field names of the (pydantic or dataclass) model found at ``loc`` under ``model``."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            info = current.model_fields.get(str(part))
+            current = _model_in(info.annotation) if info is not None else None
+        elif dataclasses.is_dataclass(current):
+            hints = typing.get_type_hints(current)
+            current = _model_in(hints.get(str(part)))
+        else:
+            return []
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    if dataclasses.is_dataclass(current):
+        return [f.name for f in dataclasses.fields(current)]
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The model class inside an annotation (``X``, ``X | None``, ``dict[str, X]``), or None."""
+    if isinstance(annotation, type) and (issubclass(annotation, BaseModel)
+                                         or dataclasses.is_dataclass(annotation)):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _unknown_key(model: Any, loc: Loc, reference: str) -> str:
+    what = "option" if loc[-2:-1] == ("options",) else "key"
+    names = _fields_at(model, loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    if close:
+        return f"unknown {what}; did you mean {close[0]}?"
+    return f"unknown {what}; remove it or check its spelling (see {reference})"
+
+
+def _message(err: dict[str, Any], reference: str, model: Any = None) -> tuple[Loc, str]:
     loc: Loc = tuple(p for p in err["loc"]
                      if not (isinstance(p, str) and (p.startswith("function-") or "[" in p)))
     msg: str = err["msg"]
@@ -83,8 +141,8 @@ def _message(err: dict[str, Any], reference: str) -> tuple[Loc, str]:
         head, sep, rest = msg.partition(": ")
         if sep and " " not in head:  # "low: must be > 0 ..." names a sub-field
             loc, msg = loc + tuple(head.split(".")), rest
-    elif kind == "extra_forbidden":
-        msg = f"unknown key; remove it or check its spelling (see {reference})"
+    elif kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        msg = _unknown_key(model, loc, reference)
     elif kind == "missing":
         msg = "required field is missing; add it"
     elif kind in ("literal_error", "enum"):
@@ -105,6 +163,6 @@ def validate_model(model: type[M], data: dict[str, Any], path: Path,
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = [located(path, lines, *_message(err, reference))
+        problems = [located(path, lines, *_message(err, reference, model))
                     for err in exc.errors(include_url=False)]
         raise SpecError(problems) from None

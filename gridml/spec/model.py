@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gridml.search.validate import condition_problems, dimension_problems
 
+from payloads.runtime.trial import TrainingOptions  # the trial contract's one definition
+
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 _WALLTIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
@@ -33,6 +35,7 @@ def parse_walltime(value: str | int | float) -> int:
 class Payload(_Strict):
     model: str = Field(description="user file defining build_model(hparams, input_shape) -> keras.Model;"
                        " relative to the spec file's folder")
+    framework: Literal["keras"] = Field("keras", description="the payload's framework")
 
 
 class Data(_Strict):
@@ -57,7 +60,8 @@ class Training(_Strict):
     workers: int = Field(1, ge=1, description="Horovod ranks per trial")
     horovod: Literal["gloo", "mpi"] = "gloo"
     mixed_precision: bool = False
-    options: dict[str, Any] = Field(default_factory=dict, description="passed to the payload as is")
+    options: TrainingOptions = Field(default_factory=TrainingOptions,
+                                     description="refinements of the payload (docs/payload.md)")
 
 
 class Dimension(_Strict):

@@ -1,12 +1,14 @@
-"""model.fit with Horovod's and gridml's callbacks, resume from checkpoint, and the outputs."""
+"""One Keras trial on this rank: set up Horovod and the device, open the data, ``model.fit`` with
+Horovod's and gridml's callbacks, resume from checkpoint, and the outputs."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from payloads.runtime import callbacks as cbs, outputs, threads
+from payloads.runtime import callbacks as cbs, gpu, outputs, threads
 from payloads.runtime.checkpoint import Checkpointer
+from payloads.runtime.session import build_model, make_reporter, open_data, reader_processes
 from payloads.runtime.trial import TrialConfig
 
 log = logging.getLogger("gridml.payload")
@@ -30,7 +32,7 @@ def _resume(cfg: TrialConfig, model: Any, hvd: Any, reporter: Any) -> int:
     Rank 0 also clears what an earlier attempt left behind: its result.json, and the spooled
     reports of epochs that will run again (all of them when there is no checkpoint)."""
     done = 0
-    if cfg.training.get("checkpoint", True):
+    if cfg.training.options.checkpoint:
         done = Checkpointer(cfg.output_dir / "checkpoint").restore(model)
     if hvd.rank() == 0:
         (cfg.output_dir / "result.json").unlink(missing_ok=True)
@@ -54,21 +56,19 @@ def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> t
 
 def fit_and_finish(cfg: TrialConfig, plan: threads.ThreadPlan, data: Any, hvd: Any,
                    device: str, policy: str) -> int:
-    from payloads.runtime.session import build_model, make_reporter
-
     model = build_model(cfg, data, hvd)
     reporter = make_reporter(cfg) if hvd.rank() == 0 else None
     ckpt = Checkpointer(cfg.output_dir / "checkpoint") if (
-        hvd.rank() == 0 and cfg.training.get("checkpoint", True)) else None
+        hvd.rank() == 0 and cfg.training.options.checkpoint) else None
     start = _resume(cfg, model, hvd, reporter)
-    epochs = int(cfg.training["epochs"])
+    epochs = cfg.training.epochs
     train_ds, val_ds = _datasets(data, plan, start, epochs)
     cb = _callbacks(cfg, data, hvd, reporter, ckpt)
     if start < epochs:
         model.fit(train_ds, epochs=epochs, initial_epoch=start,
                   steps_per_epoch=data.train.steps_per_epoch, validation_data=val_ds,
                   validation_steps=data.val.steps_per_epoch if data.val else None,
-                  callbacks=cb, verbose=int(cfg.training.get("verbose", 0)) if hvd.rank() == 0
+                  callbacks=cb, verbose=cfg.training.options.verbose if hvd.rank() == 0
                   else 0)
     if hvd.rank() == 0:
         _finish(cfg, model, reporter, cb[-1], plan, device, policy, data)
@@ -82,8 +82,8 @@ def _finish(cfg: TrialConfig, model: Any, reporter: Any, report_cb: Any, plan: A
     reports = [r for _, r in sorted(reporter.spool.last_by_epoch().items())]
     final = reports[-1]["metrics"] if reports else {}
     epochs_done = reports[-1]["epoch"] if reports else 0
-    pruned = report_cb.stop_reason is not None and epochs_done < int(cfg.training["epochs"])
-    outputs.save_model(model, out, cfg.training["loss"], [])
+    pruned = report_cb.stop_reason is not None and epochs_done < cfg.training.epochs
+    outputs.save_model(model, out, cfg.training.loss, [])
     outputs.plot_curves(reports, out / "curves.png", f"{cfg.study} trial {cfg.trial_number}")
     runtime = {"threads": plan.as_dict(), "device": device, "precision": policy,
                "ranks": report_cb.profiler.last.get("extra", {}).get("ranks"),
@@ -95,3 +95,34 @@ def _finish(cfg: TrialConfig, model: Any, reporter: Any, report_cb: Any, plan: A
         "epochs": epochs_done, "reason": report_cb.stop_reason})
     log.info("trial finished (%s) after %d epochs: %s", "pruned" if pruned else "completed",
              epochs_done, out)
+
+
+def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
+    import tensorflow as tf
+
+    threads.apply_tf(plan)
+    import horovod.tensorflow.keras as hvd
+
+    hvd.init()
+    device = gpu.setup_gpu(tf.config, hvd.local_rank(), cfg.gpus)
+    policy = gpu.precision_policy(cfg.training.mixed_precision, device)
+    tf.keras.mixed_precision.set_global_policy(policy)
+    tf.keras.utils.set_random_seed(cfg.seed % 2**31)
+    procs = reader_processes(cfg.training.options.reader_processes, plan, device)
+    if hvd.rank() == 0:
+        log.info("trial %s/%s: %d ranks, device %s, precision %s, threads %s, HDF5 reader "
+                 "processes per rank %d", cfg.study, cfg.trial_number, hvd.size(), device,
+                 policy, plan.as_dict(), procs)
+    cfg.output_dir.mkdir(parents=True, exist_ok=True)
+    data = open_data(cfg, hvd.rank(), hvd.size(), procs)
+    try:
+        return fit_and_finish(cfg, plan, data, hvd, device, policy)
+    except Exception:
+        if data.first_error() is not None:
+            raise data.first_error() from None
+        raise
+    finally:
+        for ld in data.loaders:
+            ld.close()
+        for s in data.sources:
+            s.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -86,11 +87,28 @@ def runtime_versions() -> dict[str, Any]:
             "host": socket.gethostname(), "platform": platform.platform()}
 
 
-def provenance(cfg: Any, final_metrics: dict[str, float], runtime: dict[str, Any]) -> dict:
-    """The trial file's provenance plus what this run actually used."""
+def copy_model_source(cfg: Any, out: Path) -> dict[str, Any]:
+    """A copy of the user's model file beside the trained model (``model_source.py``), and its
+    sha256: a trained model can be traced to the code that built it."""
+    source = Path(cfg.model_file).read_bytes()
+    dest = out / "model_source.py"
+    tmp = out / "model_source.py.tmp"
+    tmp.write_bytes(source)
+    os.replace(tmp, dest)
+    return {"path": str(cfg.model_file), "name": Path(cfg.model_file).name,
+            "sha256": hashlib.sha256(source).hexdigest(), "copy": dest.name}
+
+
+def provenance(cfg: Any, final_metrics: dict[str, float], runtime: dict[str, Any],
+               versions: dict[str, Any] | None = None) -> dict:
+    """The trial file's provenance plus what this run actually used (``versions``: the
+    framework's, default TensorFlow's and Horovod's)."""
+    doc = cfg.to_json()
+    model = copy_model_source(cfg, cfg.output_dir)
     return {**cfg.provenance, "study": cfg.study, "trial_id": cfg.trial_id,
             "trial_number": cfg.trial_number, "hparams": cfg.hparams, "seed": cfg.seed,
-            "training": cfg.training, "data": cfg.data,
-            "inputs": cfg.provenance.get("inputs") or cfg.inputs,
-            "model_file": str(cfg.model_file), "final_metrics": final_metrics,
-            "runtime": {**runtime_versions(), **runtime}, "finished": time.time()}
+            "framework": cfg.training.framework, "training": doc["training"], "data": doc["data"],
+            "inputs": cfg.provenance.get("inputs") or list(cfg.inputs),
+            "model_file": str(cfg.model_file), "model": model, "final_metrics": final_metrics,
+            "runtime": {**(versions if versions is not None else runtime_versions()), **runtime},
+            "finished": time.time()}

@@ -1,4 +1,6 @@
-"""One training run of a trial on this rank: the steps of the payload, in order."""
+"""The building blocks of a Keras trial on this rank: its data loaders, its model, its reporter.
+
+:mod:`payloads.runtime.fit` runs them in order."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from payloads.runtime import gpu, inputs, model as user_model, threads
+from payloads.runtime import inputs, model as user_model, threads
 from payloads.runtime.cache import BlockCache, choose_compression
 from payloads.runtime.errors import PayloadFailure
 from payloads.runtime.h5source import H5Source
@@ -32,27 +34,26 @@ class Data:
 
 
 def _features(cfg: TrialConfig) -> list[str]:
-    f = cfg.data.get("features", "x")
-    return [f] if isinstance(f, str) else list(f)
+    return list(cfg.data.features)
 
 
 def _columns(cfg: TrialConfig) -> list[str]:
     """HDF5 datasets with one row per event: regular features, labels, ragged lengths."""
-    ragged = list(cfg.data.get("ragged") or [])
-    return ([f for f in _features(cfg) if f not in ragged] + [str(cfg.data.get("labels", "y"))]
+    ragged = list(cfg.data.ragged)
+    return ([f for f in _features(cfg) if f not in ragged] + [cfg.data.labels]
             + [f"{r}_lengths" for r in ragged])
 
 
 def _loader(src: H5Source, cfg: TrialConfig, shuffle: bool, **common: Any) -> Any:
-    feats, label = _features(cfg), str(cfg.data.get("labels", "y"))
-    ragged = list(cfg.data.get("ragged") or [])
+    feats, label = _features(cfg), cfg.data.labels
+    ragged = list(cfg.data.ragged)
     if not ragged:
         return inputs.ShardedLoader(src, feats, label, shuffle=shuffle, **common)
     from payloads.runtime.ragged import RaggedLoader
 
     return RaggedLoader(src, feats, label, ragged=ragged, shuffle=shuffle,
-                        bucket=bool(cfg.training.get("bucket_by_length")),
-                        pad_value=float(cfg.training.get("pad_value", 0.0)), **common)
+                        bucket=cfg.training.options.bucket_by_length,
+                        pad_value=cfg.training.options.pad_value, **common)
 
 
 def reader_processes(option: Any, plan: threads.ThreadPlan, device: str) -> int:
@@ -64,17 +65,16 @@ def reader_processes(option: Any, plan: threads.ThreadPlan, device: str) -> int:
 
 
 def open_data(cfg: TrialConfig, rank: int, ranks: int, processes: int = 0) -> Data:
-    t = cfg.training
-    train = H5Source(cfg.data["train"], _columns(cfg))
-    val = H5Source(cfg.data["validation"], _columns(cfg)) if cfg.data["validation"] else None
-    budget = int(float(t["cache_budget_mb"]) * 2**20)
+    t, opt = cfg.training, cfg.training.options
+    train = H5Source(list(cfg.data.train), _columns(cfg))
+    val = H5Source(list(cfg.data.validation), _columns(cfg)) if cfg.data.validation else None
+    budget = int(opt.cache_budget_mb * 2**20)
     first = train.read(train.blocks[0])
     raw = sum(a.nbytes for a in first.values()) * len(train.blocks)  # ranks swap blocks
-    mode = choose_compression(str(t["cache_compression"]), first, raw, budget)
+    mode = choose_compression(opt.cache_compression, first, raw, budget)
     cache = BlockCache(budget, mode)
-    common = dict(batch=int(t["batch_size"]), rank=rank, ranks=ranks, seed=cfg.seed,
-                  window=int(t["shuffle_buffer_chunks"]), prefetch=int(t["prefetch_batches"]),
-                  cache=cache)
+    common = dict(batch=t.batch_size, rank=rank, ranks=ranks, seed=cfg.seed,
+                  window=opt.shuffle_buffer_chunks, prefetch=opt.prefetch_batches, cache=cache)
     tl = _loader(train, cfg, True, processes=processes, **common)
     vl = _loader(val, cfg, False, **common) if val else None
     if tl.steps_per_epoch == 0:
@@ -92,54 +92,18 @@ def _input_shape(loader: inputs.ShardedLoader, feats: list[str]) -> Any:
 def build_model(cfg: TrialConfig, data: Data, hvd: Any) -> Any:
     feats, t = _features(cfg), cfg.training
     m = user_model.build(cfg.model_file, cfg.hparams, _input_shape(data.train, feats))
-    head = data.train.src.head(int(t["adapt_samples"]))
+    head = data.train.src.head(t.options.adapt_samples)
     if user_model.adapt_normalization(m, [head.get(f) for f in feats]):
         log.info("adapted normalisation on the first %d training rows",
                  len(head[data.train.labels]))
-    lr = user_model.scaled_lr(cfg.learning_rate, hvd.size(), str(t["lr_scaling"]))
-    compression = (hvd.Compression.fp16 if t.get("gradient_compression") == "fp16"
+    lr = user_model.scaled_lr(cfg.learning_rate, hvd.size(), t.options.lr_scaling)
+    compression = (hvd.Compression.fp16 if t.options.gradient_compression == "fp16"
                    else hvd.Compression.none)  # fp16: half the allreduce bytes
-    opt = hvd.DistributedOptimizer(user_model.optimizer(str(t["optimizer"]), lr),
-                                   compression=compression)
-    m.compile(optimizer=opt, loss=t["loss"],
-              metrics=user_model.metric_objects(list(t["metrics"]), str(t["loss"])))
+    opt = hvd.DistributedOptimizer(user_model.optimizer(t.optimizer, lr), compression=compression)
+    m.compile(optimizer=opt, loss=t.loss, metrics=user_model.metric_objects(list(t.metrics), t.loss))
     return m
 
 
 def make_reporter(cfg: TrialConfig) -> Reporter:
-    api = cfg.api or {}
-    http = HttpApi(api["url"], api.get("token"), cfg.trial_id) if api.get("url") else None
+    http = HttpApi(cfg.api.url, cfg.api.token, cfg.trial_id) if cfg.api else None
     return Reporter(Spool(cfg.output_dir / "metrics.jsonl"), http, cfg.heartbeat_s)
-
-
-def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
-    import tensorflow as tf
-
-    threads.apply_tf(plan)
-    import horovod.tensorflow.keras as hvd
-
-    hvd.init()
-    device = gpu.setup_gpu(tf.config, hvd.local_rank(), cfg.gpus)
-    policy = gpu.precision_policy(cfg.training.get("mixed_precision"), device)
-    tf.keras.mixed_precision.set_global_policy(policy)
-    tf.keras.utils.set_random_seed(cfg.seed % 2**31)
-    procs = reader_processes(cfg.training.get("reader_processes"), plan, device)
-    if hvd.rank() == 0:
-        log.info("trial %s/%s: %d ranks, device %s, precision %s, threads %s, HDF5 reader "
-                 "processes per rank %d", cfg.study, cfg.trial_number, hvd.size(), device,
-                 policy, plan.as_dict(), procs)
-    cfg.output_dir.mkdir(parents=True, exist_ok=True)
-    data = open_data(cfg, hvd.rank(), hvd.size(), procs)
-    try:
-        from payloads.runtime.fit import fit_and_finish
-
-        return fit_and_finish(cfg, plan, data, hvd, device, policy)
-    except Exception:
-        if data.first_error() is not None:
-            raise data.first_error() from None
-        raise
-    finally:
-        for ld in data.loaders:
-            ld.close()
-        for s in data.sources:
-            s.close()

@@ -15,13 +15,15 @@ from typing import Any
 
 import pytest
 
+from gridml import executors
 from gridml.executors import panda_client
-from gridml.executors.panda import PandaExecutor
+from gridml.executors import panda_journal as journal
 from gridml.executors.panda_render import PandaTask, pack, render_task_params
 from tests.panda_double import PandaDouble
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
-FILES = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json")
+FILES = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
+         "model_source.py")
 
 
 @pytest.fixture
@@ -46,13 +48,18 @@ def test_inputs_come_from_rucio_and_outputs_land_in_the_users_scope(
     job = ("test -s pr.train.h5 && test -s pr.val.h5 && echo %IN %IN2 > payload.log && "
            "printf '{\"epoch\": 1}\\n' > metrics.jsonl && echo '{}' > result.json && "
            "echo m > model.keras && echo p > curves.png && echo '{}' > provenance.json && "
+           "echo s > model_source.py && "
            f"true --trial {pack(json.dumps(doc).encode())}")
     task = PandaTask(nickname=nick, study="pr", trial_number=7, train=[f"{scope}:pr.train"],
                      validation=[f"{scope}:pr.val"], n_train=1, n_validation=1, command=job)
-    task_id, _ = panda_client.submit(render_task_params(task))
+    params = render_task_params(task)
+    task_id, _ = panda_client.submit(params)
+    # what the executor journals when it submits: the task's parameters and the output folder
+    journal.write_task(tmp_path / "journal", task_id, params, tmp_path / "trial-0007" / "outputs")
     assert panda.jedi.wait(task_id, ("done", "failed"), timeout_s=120) == "done", \
         panda.jedi.get(task_id).error
-    status = PandaExecutor().poll(f"panda:{task_id}")
+    executor = executors.create("panda", data=rucio_store, journal=tmp_path / "journal")
+    status = executor.poll(f"panda:{task_id}")  # a fresh executor: the journal knows the task
     assert status.state == "completed", status
     stored = {o["name"]: o for o in status.stored_outputs or []}
     assert set(stored) == {f"user.{nick}.{task_id}._000001.{f}" for f in FILES}

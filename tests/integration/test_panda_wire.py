@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
-from gridml import planner
 from gridml.errors import ExecutorError
-from gridml.executors.panda import PandaExecutor, render_for_request, task_id_of
+from gridml.executors import panda_journal as journal
+from gridml.settings import settings
+from gridml.executors.panda import render_for_request, task_id_of
 from tests.panda_double import PandaDouble
-from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
+from tests.panda_double.campaign import make_campaign, panda_executor, panda_spec, register_sample_data
 
 pytestmark = [pytest.mark.service]
 
@@ -44,8 +45,7 @@ def submitted(campaign: Any) -> list[Any]:
 
 
 def request_for(campaign: Any, trial: Any) -> Any:
-    workdir = campaign.runs_dir / campaign.study.name / f"trial-{trial.number:04d}"
-    return planner.task_request(campaign.loaded, campaign.study, trial, workdir)
+    return campaign.request_for(trial)
 
 
 def test_each_trial_becomes_one_task_with_the_rendered_parameters(panda: PandaDouble, spec: Path) -> None:
@@ -55,7 +55,7 @@ def test_each_trial_becomes_one_task_with_the_rendered_parameters(panda: PandaDo
     assert len(trials) == 2 and len(panda.jedi.tasks) == 2
     for trial in trials:
         task = panda.jedi.get(task_id_of(trial.external_id))
-        expected = render_for_request(campaign.loaded, request_for(campaign, trial))
+        expected = render_for_request(request_for(campaign, trial))
         assert task.params["taskName"] == f"user.jtester.wire.trial-{trial.number:04d}/"
         assert {k: v for k, v in task.params.items() if k not in ("userName", "taskType")} == expected
         assert task.user == "Jane Tester"  # from the OIDC token panda-client sent
@@ -75,17 +75,17 @@ def test_a_resubmission_after_a_controller_crash_finds_the_same_task(panda: Pand
     # the controller dies now; its successor resubmits while the task is only in DEFT: code 1
     (campaign.runs_dir / "wire" / f"trial-{trial.number:04d}" / "panda.json").rename(
         campaign.runs_dir / "panda.json.saved")
-    assert PandaExecutor().submit(request_for(campaign, trial)) == trial.external_id
+    assert panda_executor().submit(request_for(campaign, trial)) == trial.external_id
     (campaign.runs_dir / "panda.json.saved").rename(
         campaign.runs_dir / "wire" / f"trial-{trial.number:04d}" / "panda.json")
     panda.jedi.wait(task_id_of(trial.external_id), ("ready",))
     inserts = panda.jedi.inserts
     # a new controller process: the journal in the trial's folder names the task, nothing is sent
-    assert PandaExecutor().submit(request_for(campaign, trial)) == trial.external_id
+    assert panda_executor().submit(request_for(campaign, trial)) == trial.external_id
     assert panda.jedi.inserts == inserts
     # journal lost as well: the server answers "duplicate" (code 2), and that task is followed
     (campaign.runs_dir / "wire" / f"trial-{trial.number:04d}" / "panda.json").unlink()
-    assert PandaExecutor().submit(request_for(campaign, trial)) == trial.external_id
+    assert panda_executor().submit(request_for(campaign, trial)) == trial.external_id
     assert panda.jedi.inserts == inserts + 1 and len(panda.jedi.tasks) == 2
     # the controller died between recording "submitted" and the executor's answer
     campaign.store.update_trial(trial.id, external_id=None)
@@ -133,7 +133,7 @@ def test_a_later_attempt_of_a_failed_trial_is_a_retry_of_its_task(panda: PandaDo
     panda.jedi.hold, panda.jedi.command_delay_s = True, 1.5  # JEDI acts on commands later
     again = campaign.store.update_trial(trial.id, attempts=trial.attempts + 1)
     assert campaign.executor.submit(request_for(campaign, again)) == trial.external_id
-    waiting = PandaExecutor().poll(trial.external_id)  # still "failed" at PanDA: not the new attempt's end
+    waiting = panda_executor().poll(trial.external_id)  # still "failed" at PanDA: not the new attempt's end
     assert waiting.state == "submitted" and "retry registered" in waiting.message
     assert panda.jedi.wait(task_id, ("ready",)) == "ready" and len(panda.jedi.tasks) == 2
     assert campaign.executor.poll(trial.external_id).state == "submitted"
@@ -187,15 +187,17 @@ def test_a_task_that_cannot_be_defined_is_broken_and_the_trial_fails(panda: Pand
 
     campaign = make_campaign(spec)
     campaign.step()
-    params = render_for_request(campaign.loaded, request_for(campaign, submitted(campaign)[0]))
+    params = render_for_request(request_for(campaign, submitted(campaign)[0]))
     params["taskName"] = params["taskName"].rstrip("/") + ".nodata/"
     params["jobParameters"] = [dict(p, dataset="user.test:no.such.dataset") if p.get("value") == '-i "${IN/T}"'
                                else p for p in params["jobParameters"]]
     task_id, _ = panda_client.submit(params)
+    journal.write_task(settings().runs_dir / ".journal" / "panda", task_id, params,
+                       campaign.request_for(submitted(campaign)[0]).trial.output_dir)
     assert panda.jedi.wait(task_id, ("broken",)) == "broken"
-    status = PandaExecutor().poll(f"panda:{task_id}")  # a fresh controller: parameters from the server
+    status = panda_executor().poll(f"panda:{task_id}")  # a fresh controller: its journal
     assert status.state == "failed" and f"PanDA task {task_id} is broken" in status.message
-    assert "GET task/get_task_parameters" in panda.api.calls
+    assert "GET task/get_task_parameters" not in panda.api.calls  # the journal has them
 
 
 def test_killing_a_running_task_stops_its_job(panda: PandaDouble, spec: Path) -> None:
@@ -212,7 +214,7 @@ def test_killing_a_running_task_stops_its_job(panda: PandaDouble, spec: Path) ->
     job = panda.jedi.get(task_id).jobs[0]
     while job.proc is None:
         time.sleep(0.05)
-    PandaExecutor().kill(f"panda:{task_id}")
+    panda_executor().kill(f"panda:{task_id}")
     assert panda.jedi.wait(task_id, ("aborted",), timeout_s=30) == "aborted"
     assert job.proc.wait(timeout=10) != 0 and job.status == "cancelled"
 
@@ -220,7 +222,7 @@ def test_killing_a_running_task_stops_its_job(panda: PandaDouble, spec: Path) ->
 def test_a_finished_task_gives_its_outputs_back_to_a_restarted_controller(
         panda: PandaDouble, spec: Path, tmp_path: Path) -> None:
     """A cheap job stands in for the payload (it writes what the payload writes); the task ends
-    ``finished``; a fresh executor finds the trial's folder from the task parameters, fetches
+    ``finished``; a fresh executor finds the trial's folder in its journal, fetches
     metrics.jsonl and result.json there and reports every stored file."""
     from gridml.executors import panda_client
     from gridml.executors.panda_render import PandaTask, pack, render_task_params
@@ -228,17 +230,22 @@ def test_a_finished_task_gives_its_outputs_back_to_a_restarted_controller(
     doc = {"study": "wire", "output_dir": str(tmp_path / "trial-0007" / "outputs")}
     writes = ("printf '{\"epoch\": 1}\\n' > metrics.jsonl; echo '{\"state\": \"completed\"}' > result.json; "
               "echo model > model.keras; echo png > curves.png; echo '{}' > provenance.json; "
+              "echo src > model_source.py; "
               f"true --trial {pack(json.dumps(doc).encode())}")
     task = PandaTask(nickname="jtester", study="wire", trial_number=7, train=["user.test:toy.train"],
                      validation=["user.test:toy.val"], n_train=2, n_validation=2, command=writes)
     panda.jedi.hold, panda.jedi.finish_next = False, 1
-    task_id, _ = panda_client.submit(render_task_params(task))
+    params = render_task_params(task)
+    task_id, _ = panda_client.submit(params)
+    journal.write_task(settings().runs_dir / ".journal" / "panda", task_id, params,
+                       tmp_path / "trial-0007" / "outputs")
     assert panda.jedi.wait(task_id, ("finished",), timeout_s=60) == "finished"
-    status = PandaExecutor().poll(f"panda:{task_id}")
+    status = panda_executor().poll(f"panda:{task_id}")
     assert status.state == "completed", status
     names = sorted(o["name"] for o in status.stored_outputs or [])
     assert names == sorted(f"user.jtester.{task_id}._000001.{f}" for f in
-                           ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json"))
+                           ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
+                            "model_source.py"))
     outputs = tmp_path / "trial-0007" / "outputs"
     assert (outputs / "metrics.jsonl").read_text() == '{"epoch": 1}\n'
     assert json.loads((outputs / "result.json").read_text()) == {"state": "completed"}
@@ -261,6 +268,6 @@ def test_an_x509_proxy_over_https_is_how_panda_client_authenticates(
         assert double.url.startswith("https://")
         monkeypatch.setenv("X509_USER_PROXY", str(tmp_path / "no-such-proxy"))  # expired, removed
         with pytest.raises(ExecutorError, match="no X509 proxy at .*no-such-proxy"):
-            PandaExecutor().submit(request_for(campaign, submitted(campaign)[0]))
+            panda_executor().submit(request_for(campaign, submitted(campaign)[0]))
         status = campaign.executor.poll(submitted(campaign)[0].external_id)
         assert status.state == "unknown" and "no X509 proxy" in status.message  # waits for a new one

@@ -42,13 +42,23 @@ def make_campaign(spec: Path, *, api_url: str | None = None, executor: Any = Non
     """A Campaign for ``spec`` on the PanDA executor, its state under $GRIDML_HOME."""
     from gridml.controller import Campaign
     from gridml.data import open_data_manager
-    from gridml.executors.panda import PandaExecutor
     from gridml.store import open_store
     from gridml.settings import settings
     from gridml.spec import load_spec
 
     loaded = load_spec(spec)
     cfg = settings()
-    return Campaign(loaded, open_store(cfg.db_url), executor or PandaExecutor(loaded=loaded),
-                    open_data_manager(loaded.spec.backend.data), cfg.runs_dir, api_url=api_url,
-                    poll_s=poll_s)
+    data = open_data_manager(loaded.spec.backend.data)
+    return Campaign(loaded, open_store(cfg.db_url), executor or panda_executor(data),
+                    data, cfg.runs_dir, api_url=api_url, poll_s=poll_s)
+
+
+def panda_executor(data: Any = None) -> Any:
+    """A PanDA executor as a campaign under $GRIDML_HOME gets it (a fresh one: a restarted
+    controller, reading its journal)."""
+    from gridml import executors
+    from gridml.data import open_data_manager
+    from gridml.settings import settings
+
+    return executors.create("panda", data=data or open_data_manager("local"),
+                            journal=settings().runs_dir / ".journal" / "panda")

@@ -28,15 +28,15 @@ def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_the_spec_nickname_wins() -> None:
     spec = Spec.model_validate({**SPEC, "panda": {"nickname": "jdoe"}})
-    assert resolve_nickname(spec) == "jdoe"
+    assert resolve_nickname(spec.panda.model_dump()) == "jdoe"
 
 
 def test_without_nickname_or_credentials_submission_is_refused_and_dry_run_shows_a_placeholder(
         no_credentials: None) -> None:
     spec = Spec.model_validate(SPEC)
     with pytest.raises(ExecutorError, match="no grid nickname: panda.nickname is not set"):
-        resolve_nickname(spec)
-    assert resolve_nickname(spec, dry_run=True) == PLACEHOLDER_NICK
+        resolve_nickname(spec.panda.model_dump())
+    assert resolve_nickname(spec.panda.model_dump(), dry_run=True) == PLACEHOLDER_NICK
 
 
 def test_the_nickname_comes_from_the_oidc_token_through_panda_client(
@@ -49,4 +49,4 @@ def test_the_nickname_comes_from_the_oidc_token_through_panda_client(
     from pandaclient import PsubUtils
 
     monkeypatch.setattr(PsubUtils, "cacheVomsInfo", None)  # panda-client caches its first answer
-    assert resolve_nickname(Spec.model_validate(SPEC)) == "asmith"
+    assert resolve_nickname(Spec.model_validate(SPEC).panda.model_dump()) == "asmith"

@@ -69,7 +69,9 @@ def test_names_follow_prun_conventions() -> None:
     assert p["taskName"] == "user.jdoe.higgs.trial-0003/" and p["uniqueTaskName"] is True
     assert p["log"]["dataset"] == "user.jdoe.higgs.trial-0003.log/"
     outs = {i["dataset"] for i in output_items(p)}
-    assert "user.jdoe.higgs.trial-0003_model.keras/" in outs and len(outs) == 5
+    assert "user.jdoe.higgs.trial-0003_model.keras/" in outs and len(outs) == 6
+    assert "user.jdoe.higgs.trial-0003_model_source.py/" in outs  # the code that built the model
+    assert p["useLocalIO"] == 1  # the wrapper checks the inputs copied into the job's directory
     assert all(i["value"].startswith("user.jdoe.$JEDITASKID._${SN/P}.") for i in output_items(p))
     assert task_name("jdoe", "higgs", 3, ".a2") == "user.jdoe.higgs.trial-0003.a2/"
 

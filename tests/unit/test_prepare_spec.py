@@ -62,7 +62,13 @@ def test_good_spec_resolves_paths(folder: Path) -> None:
 
 def test_unknown_key_is_refused_with_its_line(folder: Path) -> None:
     problems = _problems(folder, GOOD.replace("  chunk_size: 1000", "  chunk_sise: 1000"))
-    assert problems == [(f"{folder / 'prep.yaml'}:5: inputs.chunk_sise: unknown key; remove it "
+    assert problems == [f"{folder / 'prep.yaml'}:5: inputs.chunk_sise: unknown key; "
+                        "did you mean chunk_size?"]
+
+
+def test_unknown_key_far_from_any_field_points_to_the_docs(folder: Path) -> None:
+    problems = _problems(folder, GOOD.replace("  chunk_size: 1000", "  zzz: 1000"))
+    assert problems == [(f"{folder / 'prep.yaml'}:5: inputs.zzz: unknown key; remove it "
                          "or check its spelling (see docs/prepare.md)")]
 
 
