@@ -26,16 +26,23 @@ class DryRunExecutor:
         self.render = render
         self.remote = remote  # rendering for a remote executor: inputs are not staged here
         self.rendered: list[dict[str, Any]] = []
+        self._handles: set[str] = set()
+        self._killed: set[str] = set()
 
     def submit(self, req: TaskRequest) -> str:
-        self.rendered.append(self.render(req))
-        return f"dryrun:{req.trial_id}"
+        handle = f"dryrun:{req.trial_id}:{req.attempt}"
+        if handle not in self._handles:  # idempotent per attempt, like every executor
+            self._handles.add(handle)
+            self.rendered.append(self.render(req))
+        return handle
 
     def poll(self, handle: str) -> TaskStatus:
+        if handle in self._killed:
+            return TaskStatus("killed", "dry run: killed before anything was submitted")
         return TaskStatus("submitted", "dry run: nothing was submitted")
 
     def kill(self, handle: str) -> None:
-        return None
+        self._killed.add(handle)
 
     def close(self) -> None:
         return None

@@ -271,3 +271,20 @@ def test_an_x509_proxy_over_https_is_how_panda_client_authenticates(
             panda_executor().submit(request_for(campaign, submitted(campaign)[0]))
         status = campaign.executor.poll(submitted(campaign)[0].external_id)
         assert status.state == "unknown" and "no X509 proxy" in status.message  # waits for a new one
+
+
+def test_a_task_panda_still_queues_shows_as_submitted_not_running(panda: PandaDouble, spec: Path) -> None:
+    """`gridml status` says what PanDA says: a task still registered/ready is "submitted"."""
+    campaign = make_campaign(spec)
+    campaign.step()
+    campaign.step()  # the first poll: the tasks wait in "ready" (held)
+    trials = submitted(campaign)
+    assert len(trials) == 2 and {t.state for t in trials} == {"submitted"}
+    panda.jedi.hold = False
+    deadline = time.monotonic() + 60
+    while {t.state for t in submitted(campaign)} != {"running"} and time.monotonic() < deadline:
+        campaign.step()
+        time.sleep(0.2)
+    assert {t.state for t in submitted(campaign)} == {"running"}
+    for trial in submitted(campaign):
+        panda_executor().kill(trial.external_id)
