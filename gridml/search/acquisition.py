@@ -32,6 +32,7 @@ PER_START = 32  # perturbations per start and round
 TOP_OBSERVED = 5  # observations whose neighbourhoods are sampled
 POLISH = 2  # best local results polished by L-BFGS-B over the real-valued features
 POLISH_ITERATIONS = 30
+LOCAL = 200  # above this many rows, polishing uses the posterior of the nearest ones
 LIARS: dict[str, Callable[[np.ndarray], Any]] = {"min": np.min, "mean": np.mean, "max": np.max}
 
 Score = Callable[[np.ndarray], np.ndarray]
@@ -52,6 +53,8 @@ class Batch:
         self.anchors = feats[np.argsort(y)[:TOP_OBSERVED]]
         self.real_cols = [self.enc.blocks[p.name].start for p in space.params if p.type == "real"]
         self.score: Score = self._ei
+        self.kappa: float | None = None
+        self.pool_ready = False
 
     def pretend(self, points: list[Point]) -> None:
         """Condition on ``points`` as if they had returned the liar's value."""
@@ -64,7 +67,11 @@ class Batch:
 
         ``kappa``: lower confidence bound with this weight on the deviation; None: EI.
         """
+        self.kappa = kappa
         self.score = self._ei if kappa is None else self._lcb(kappa)
+        if not self.pool_ready:  # one candidate pool per batch, tracked through the lies
+            self.post.track(np.vstack([self._random(), self._around(self.anchors, 0.1, 64)]))
+            self.pool_ready = True
         feats, score = self._search()
         for i in np.argsort(-score):
             cols = self.enc.snap(feats[i : i + 1])
@@ -76,24 +83,42 @@ class Batch:
         return None
 
     def _search(self) -> tuple[np.ndarray, np.ndarray]:
-        pool = np.vstack([self._random(), self._around(self.anchors, 0.1, 64)])
-        score = self.score(pool)
+        assert self.post.pool is not None
+        pool = self.post.pool.feats
+        score = self._acquire(*self.post.predict_pool())
         order = np.argsort(-score)[:STARTS]
         starts, start_score = pool[order], score[order]
+        if len(self.post.y) > LOCAL:  # refine on the posteriors of the nearest observations
+            locals_ = [self._local(x) for x in starts]
+            start_score = np.concatenate([self._scorer(p)(x[None]) for p, x in zip(locals_, starts)])
         found, found_score = [pool], [score]
         for r in RADII:
             trial = self._around(starts, r, PER_START)
-            t_score = self.score(trial).reshape(len(starts), PER_START)
+            if len(self.post.y) > LOCAL:
+                per = trial.reshape(len(starts), PER_START, -1)
+                t_score = np.vstack([self._scorer(p)(rows) for p, rows in zip(locals_, per)])
+            else:
+                t_score = self.score(trial).reshape(len(starts), PER_START)
+                found.append(trial)
+                found_score.append(t_score.ravel())
             j = np.argmax(t_score, axis=1)
             better = t_score[np.arange(len(starts)), j] > start_score
             starts[better] = trial.reshape(len(starts), PER_START, -1)[better, j[better]]
             start_score = np.maximum(start_score, t_score.max(axis=1))
-            found.append(trial)
-            found_score.append(t_score.ravel())
         polished = np.array([self._polish(x) for x in starts[np.argsort(-start_score)[:POLISH]]])
+        if len(self.post.y) > LOCAL:  # the refined points, scored exactly
+            polished = np.vstack([starts, polished])
         found.append(polished)
         found_score.append(self.score(polished))
         return np.vstack(found), np.concatenate(found_score)
+
+    def _scorer(self, post: Posterior) -> Score:
+        """The current acquisition on another posterior (a local one)."""
+        sd = self.kappa is None or self.kappa > 0
+
+        def score(rows: np.ndarray) -> np.ndarray:
+            return self._acquire(*post.predict(rows, sd=sd))
+        return score
 
     def _polish(self, x: np.ndarray) -> np.ndarray:
         """L-BFGS-B on the real-valued features of ``x`` (central differences, one call each)."""
@@ -102,12 +127,13 @@ class Batch:
             return x
         k, h = len(cols), 1e-5
         steps = np.vstack([np.zeros(k), h * np.eye(k), -h * np.eye(k)])
-        scale = abs(float(self.score(x[None])[0])) or 1e-12
+        local_score = self._scorer(self._local(x))
+        scale = abs(float(local_score(x[None])[0])) or 1e-12
 
         def f(v: np.ndarray) -> tuple[float, np.ndarray]:
             rows = np.repeat(x[None], 2 * k + 1, axis=0)
             rows[:, cols] = v + steps
-            s = self.score(rows) / scale
+            s = local_score(rows) / scale
             return -float(s[0]), -(s[1 : k + 1] - s[k + 1 :]) / (2 * h)
 
         res = minimize(f, x[cols], jac=True, method="L-BFGS-B", bounds=[(0.0, 1.0)] * k,
@@ -115,6 +141,17 @@ class Batch:
         out = x.copy()
         out[cols] = np.clip(res.x, 0.0, 1.0)
         return out
+
+    def _local(self, x: np.ndarray) -> Posterior:
+        """The posterior of the ``LOCAL`` observations nearest to ``x`` (in kernel distance; lies
+        included) when there are more: polishing on it reads a small Cholesky factor at every
+        step instead of the whole one; the polished points are then scored exactly."""
+        post = self.post
+        if len(post.y) <= LOCAL:
+            return post
+        d2 = (((post.feats - x) * post.inv_scale) ** 2).sum(axis=1)
+        near = np.sort(np.argpartition(d2, LOCAL)[:LOCAL])
+        return Posterior(post.fitted, post.feats[near], post.y[near], (post.mean, post.std))
 
     def _random(self) -> np.ndarray:
         return self.enc.unit_to_features(self.rng.random((self.candidates, self.space.dims)))
@@ -124,12 +161,16 @@ class Batch:
         raw = (centres[:, None, :] + noise).reshape(-1, centres.shape[1])
         return self.enc.encode(self.enc.snap(raw))
 
+    def _acquire(self, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        """The acquisition (larger is better) of posterior means and deviations."""
+        if self.kappa is None:
+            return expected_improvement(mu, sd, self.best, self.xi)
+        return -(mu - self.kappa * sd)
+
     def _lcb(self, kappa: float) -> Score:
         def score(feats: np.ndarray) -> np.ndarray:
-            mu, sd = self.post.predict(feats, sd=kappa > 0)
-            return -(mu - kappa * sd)
+            return self._acquire(*self.post.predict(feats, sd=kappa > 0))
         return score
 
     def _ei(self, feats: np.ndarray) -> np.ndarray:
-        mu, sd = self.post.predict(feats)
-        return expected_improvement(mu, sd, self.best, self.xi)
+        return self._acquire(*self.post.predict(feats))

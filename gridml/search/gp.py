@@ -113,32 +113,92 @@ def _as_kernel(params: np.ndarray) -> Fitted:
 
 
 class Posterior:
-    """The GP posterior of the fixed kernel given rows ``feats`` with targets ``y``."""
+    """The GP posterior of the fixed kernel given rows ``feats`` with targets ``y``.
+
+    ``add`` extends the Cholesky factor by the new rows (O(n^2 k), no refactorisation), and a
+    ``pool`` of candidate rows registered with ``track`` keeps its mean and variance up to date
+    through every ``add`` by rank-k updates, so a batch scores its fixed candidate pool with one
+    triangular solve instead of one per point.
+    """
 
     def __init__(self, fitted: Fitted, feats: np.ndarray, y: np.ndarray,
                  scale: tuple[float, float] | None = None) -> None:
         self.fitted, self.feats, self.y = fitted, feats, y
         self.mean, self.std = scale or (float(np.mean(y)), float(np.std(y)) or 1.0)
-        k = fitted.kernel(feats)
+        self.amp = float(fitted.kernel.k1.constant_value)
+        self.inv_scale = 1.0 / np.asarray(fitted.kernel.k2.length_scale, dtype=float)
+        self.pool: _Pool | None = None
+        k = self.cov(feats, feats)
         k[np.diag_indices_from(k)] += fitted.noise + JITTER
         self.chol = cholesky(k, lower=True, check_finite=False)
-        self.alpha = cho_solve((self.chol, True), (y - self.mean) / self.std)
+        self.u = solve_triangular(self.chol, (y - self.mean) / self.std, lower=True,
+                                  check_finite=False)
+        self.alpha = solve_triangular(self.chol, self.u, lower=True, trans="T",
+                                      check_finite=False)
+
+    def cov(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The kernel between rows ``a`` and ``b`` (constant * Matern 5/2, as sklearn's)."""
+        sa, sb = a * self.inv_scale, b * self.inv_scale
+        d2 = (sa * sa).sum(1)[:, None] + (sb * sb).sum(1)[None, :] - 2.0 * (sa @ sb.T)
+        r = SQRT5 * np.sqrt(np.maximum(d2, 0.0))
+        out: np.ndarray = self.amp * (1.0 + r + r * r / 3.0) * np.exp(-r)
+        return out
 
     def add(self, feats: np.ndarray, y: np.ndarray) -> Posterior:
-        """A new posterior with more rows (same kernel: no hyperparameter fit)."""
-        return Posterior(self.fitted, np.vstack([self.feats, feats]), np.concatenate([self.y, y]),
-                         (self.mean, self.std))
+        """A new posterior with more rows (same kernel: no hyperparameter fit, no refactoring)."""
+        new = object.__new__(Posterior)
+        new.__dict__.update(self.__dict__)
+        n, k = len(self.y), len(y)
+        b = solve_triangular(self.chol, self.cov(self.feats, feats), lower=True,
+                             check_finite=False)
+        c = self.cov(feats, feats) - b.T @ b
+        c[np.diag_indices_from(c)] += self.fitted.noise + JITTER
+        lc = cholesky(c, lower=True, check_finite=False)
+        chol = np.zeros((n + k, n + k))
+        chol[:n, :n], chol[n:, :n], chol[n:, n:] = self.chol, b.T, lc
+        w_u = solve_triangular(lc, (y - self.mean) / self.std - b.T @ self.u, lower=True,
+                               check_finite=False)
+        new.feats, new.y = np.vstack([self.feats, feats]), np.concatenate([self.y, y])
+        new.chol, new.u = chol, np.concatenate([self.u, w_u])
+        new.alpha = solve_triangular(chol, new.u, lower=True, trans="T", check_finite=False)
+        if self.pool is not None:
+            pool = self.pool
+            w = solve_triangular(lc, self.cov(feats, pool.feats) - b.T @ pool.v, lower=True,
+                                 check_finite=False)
+            new.pool = _Pool(pool.feats, np.vstack([pool.v, w]), pool.mu + w.T @ w_u,
+                             pool.var - np.einsum("ij,ij->j", w, w))
+        return new
+
+    def track(self, feats: np.ndarray) -> None:
+        """Keep the mean and variance at the candidate rows ``feats`` through every ``add``."""
+        v = solve_triangular(self.chol, self.cov(self.feats, feats), lower=True,
+                             check_finite=False)
+        self.pool = _Pool(feats, v, v.T @ self.u, self.amp - np.einsum("ij,ij->j", v, v))
+
+    def predict_pool(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation at the tracked pool, in units of ``y``."""
+        assert self.pool is not None
+        sd = np.sqrt(np.maximum(self.pool.var, 1e-12))
+        return self.mean + self.std * self.pool.mu, self.std * sd
 
     def predict(self, feats: np.ndarray, sd: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation (zeros unless ``sd``) at ``feats``, in units of ``y``."""
-        ks = self.fitted.kernel(feats, self.feats)
+        ks = self.cov(feats, self.feats)
         mu = ks @ self.alpha
         if not sd:
             return self.mean + self.std * mu, np.zeros(len(mu))
         v = solve_triangular(self.chol, ks.T, lower=True, check_finite=False)
-        var = self.fitted.kernel.diag(feats) - np.einsum("ij,ij->j", v, v)
+        var = self.amp - np.einsum("ij,ij->j", v, v)
         dev: np.ndarray = np.sqrt(np.maximum(var, 1e-12))
         return self.mean + self.std * mu, self.std * dev
+
+
+@dataclass
+class _Pool:
+    feats: np.ndarray
+    v: np.ndarray  # L^-1 K(observations, pool)
+    mu: np.ndarray  # normalised mean
+    var: np.ndarray  # normalised latent variance
 
 
 def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float, xi: float) -> np.ndarray:

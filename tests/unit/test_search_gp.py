@@ -100,3 +100,31 @@ def test_evolution_options_and_progress():
     assert min(values[-12:]) < min(values[:6])
     with pytest.raises(SearchError, match="not understood by 'evolution'"):
         search.create("evolution", space, population=4)
+
+
+def test_added_rows_and_the_tracked_pool_equal_a_fresh_posterior():
+    x, y = data(60)
+    fitted = fit_kernel(x[:40], y[:40], seed=0, restarts=0)
+    pool = np.random.default_rng(3).random((30, 3))
+    post = Posterior(fitted, x[:40], y[:40], (0.1, 0.7))
+    post.track(pool)
+    grown = post.add(x[40:50], y[40:50]).add(x[50:], y[50:])
+    fresh = Posterior(fitted, x, y, (0.1, 0.7))
+    for got, want in zip(grown.predict(pool), fresh.predict(pool)):
+        np.testing.assert_allclose(got, want, atol=1e-8)
+    for got, want in zip(grown.predict_pool(), fresh.predict(pool)):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_bayes_ask_8_at_1000_observations_is_fast():
+    import time
+
+    space = {f"x{i}": {"type": "real", "low": 0.0, "high": 1.0} for i in range(6)}
+    rng = np.random.default_rng(0)
+    points = [{f"x{i}": float(v) for i, v in enumerate(r)} for r in rng.random((1000, 6))]
+    values = [float(np.sin(3 * sum(p.values()))) for p in points]
+    t0 = time.perf_counter()
+    s = search.create("bayes", space, seed=1)
+    s.tell(points, values)
+    assert len(s.ask(8)) == 8
+    assert time.perf_counter() - t0 < 3.0  # ~0.4 s on 2 shared cores; generous for CI load
