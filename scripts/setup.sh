@@ -42,13 +42,26 @@ exec 9>"$root/.lock-$key"
 flock 9   # one build per key at a time; a second setup waits and then reuses it
 if [ ! -f "$env/.complete" ]; then build; else log "reusing environment $env"; fi
 ln -sfn "$env" .venv
-# Light packages: re-applied (incrementally, by pip) when requirements/extras.txt or bench.txt change.
-extras_key="$(cat requirements/extras.txt requirements/bench.txt | sha256sum | cut -c1-16)"
+# Light packages: every requirements/*.txt but the two above (extras, bench, checks, ...), layered
+# on top and re-applied (incrementally, by pip) whenever one of them changes.
+light=$(ls requirements/*.txt | grep -v -e '/base.txt$' -e '/horovod.txt$')
+extras_key="$(cat $light | sha256sum | cut -c1-16)"
 if [ ! -f "$env/.extras-$extras_key" ]; then
-  log "installing requirements/extras.txt and bench.txt"
-  "$env/bin/python" -m pip install -q -r requirements/extras.txt -r requirements/bench.txt \
+  log "installing $(echo $light | tr '\n' ' ')"
+  "$env/bin/python" -m pip install -q $(printf -- '-r %s ' $light) \
     -c <(grep -E '^(numpy|tensorflow-cpu|h5py)' requirements/base.txt)
   rm -f "$env"/.extras-*; touch "$env/.extras-$extras_key"
+fi
+# PyTorch payload and ONNX (requirements/torch.txt): the same kind of light layer, re-applied when
+# that file changes. torch==2.13.0 is the CPU wheel (about 50 s and 1.0 GB installed: torch 754 MB,
+# onnx 80, onnxruntime 78, sympy 80, networkx 19), kept out of the environment's key so adding it
+# never rebuilds TensorFlow/Horovod. GRIDML_NO_TORCH=1 skips it.
+torch_key="$(sha256sum < requirements/torch.txt | cut -c1-16)"
+if [ -z "${GRIDML_NO_TORCH:-}" ] && [ ! -f "$env/.torch-$torch_key" ]; then
+  log "installing requirements/torch.txt (PyTorch CPU, ONNX; ~1 min)"
+  "$env/bin/python" -m pip install -q -r requirements/torch.txt \
+    -c <(grep -E '^(numpy|tensorflow-cpu|h5py)' requirements/base.txt)
+  rm -f "$env"/.torch-*; touch "$env/.torch-$torch_key"
 fi
 # gridml itself: editable, pointing at this clone (cheap; reruns re-point it to the newest clone).
 "$env/bin/python" -m pip install -q --no-deps --no-build-isolation -e . >&2
