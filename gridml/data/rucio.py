@@ -26,22 +26,13 @@ from typing import Any, TypeVar
 
 from gridml.data.base import DID, FileInfo, adler32_file, parse_did
 from gridml.data.common import empty_error, is_verified, resolve_pattern
-from gridml.data.rucio_errors import call, log
+from gridml.data.rucio_errors import RucioLog, call, log
+from gridml.data.rucio_upload import upload_batch
 from gridml.data.rucio_meta import SideMetadata
 from gridml.errors import ChecksumError, DataError, NotFoundError, UsageError
 
 T = TypeVar("T")
 Progress = Callable[[int, int, int, int], None]  # files done, files total, bytes done, bytes total
-
-
-class _RucioLog:
-    """rucio-clients wants a logger that is callable *and* has .log (41.5.1 calls both).
-    Its messages go to DEBUG: what failed for good reaches the user as one gridml error."""
-
-    def __call__(self, level: int, msg: str, *args: Any, **kw: Any) -> None:
-        log.debug("rucio %s: " + msg, logging.getLevelName(level), *args, **kw)
-
-    log = __call__
 
 
 class RucioStore:
@@ -67,26 +58,26 @@ class RucioStore:
     def where(self) -> str:
         return f"Rucio at {self.client.host} (account {self.client.account})"
 
-    def _call(self, fn: Callable[[], T], action: str, did: DID | str | None = None) -> T:
+    def call(self, fn: Callable[[], T], action: str, did: DID | str | None = None) -> T:
         return call(fn, action=action, did=did, where=self.where, account=self.client.account)
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, did: str) -> bool:
         d = parse_did(did)
         try:
-            self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+            self.call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
         except NotFoundError:
             return False
         return True
 
     def did_type(self, did: str) -> str:
         d = parse_did(did)
-        return str(self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+        return str(self.call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
                    ["type"]).lower()
 
     def list_files(self, did: str) -> list[FileInfo]:
         d = parse_did(did)
-        rows = self._call(lambda: list(self.client.list_files(d.scope, d.name)), "list files of", d)
+        rows = self.call(lambda: list(self.client.list_files(d.scope, d.name)), "list files of", d)
         reps = self._replicas(d) if rows else {}
         files = [FileInfo(DID(r["scope"], r["name"]), int(r["bytes"]), _hex8(r["adler32"]),
                           replicas=reps.get((r["scope"], r["name"]), [])) for r in rows]
@@ -112,14 +103,14 @@ class RucioStore:
 
     def _replicas(self, d: DID) -> dict[tuple[str, str], list[str]]:
         """(scope, name) -> RSEs with an AVAILABLE replica, for every file under ``d``."""
-        reps = self._call(lambda: list(self.client.list_replicas(
+        reps = self.call(lambda: list(self.client.list_replicas(
             [{"scope": d.scope, "name": d.name}], schemes=None)), "list replicas of", d)
         return {(r["scope"], r["name"]): sorted(rse for rse, st in r.get("states", {}).items()
                                                  if st == "AVAILABLE") for r in reps}
 
     def list_dids(self, scope: str, pattern: str = "*") -> list[tuple[DID, str]]:
         scope, pattern = resolve_pattern(scope, pattern)
-        rows = self._call(lambda: list(self.client.list_dids(
+        rows = self.call(lambda: list(self.client.list_dids(
             scope, {"name": pattern}, did_type="all", long=True)), "list DIDs in", scope)
         found = [(DID(r["scope"], r["name"]), str(r["did_type"]).lower()) for r in rows]
         return sorted(found, key=lambda pair: str(pair[0]))
@@ -127,7 +118,7 @@ class RucioStore:
     def get_metadata(self, did: str) -> dict[str, Any]:
         """User metadata: the server's JSON plugin (when it has one), else gridml's record."""
         d = parse_did(did)
-        self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+        self.call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
         return self._bulk_metadata([d]).get(d, {})
 
     def _bulk_metadata(self, dids: list[DID]) -> dict[DID, dict[str, Any]]:
@@ -136,7 +127,7 @@ class RucioStore:
         for i in range(0, len(dids) if self._server_json_meta is not False else 0, 500):
             chunk = [{"scope": d.scope, "name": d.name} for d in dids[i:i + 500]]
             try:
-                rows = self._call(lambda c=chunk: list(  # type: ignore[misc]
+                rows = self.call(lambda c=chunk: list(  # type: ignore[misc]
                     self.client.get_metadata_bulk(c, plugin="JSON")), "read metadata of", dids[i])
             except DataError:  # no JSON plugin on this server (e.g. SQLite behind it)
                 self._server_json_meta = False
@@ -175,8 +166,8 @@ class RucioStore:
         from rucio.client.downloadclient import DownloadClient
 
         items = [{"did": str(f.did), "base_dir": str(dest), "no_subdir": True} for f in group]
-        dl = DownloadClient(client=self.client, logger=_RucioLog(), tracing=False)
-        self._call(lambda: dl.download_dids(items, num_threads=2), "download", group[0].did)
+        dl = DownloadClient(client=self.client, logger=RucioLog(), tracing=False)
+        self.call(lambda: dl.download_dids(items, num_threads=2), "download", group[0].did)
         for f in group:
             got = adler32_file(dest / f.did.name)
             if got != f.adler32:
@@ -193,25 +184,25 @@ class RucioStore:
                   "grouping": "DATASET", "lifetime": self.lifetime}] if rse else None
         self._ensure(d, "dataset", lambda: self.client.add_dataset(d.scope, d.name, rules=rules))
         if metadata:
-            self._set_meta(d, metadata)
+            self.set_meta(d, metadata)
 
     def add_container(self, did: str, children: list[str]) -> None:
         c, kids = parse_did(did), [parse_did(k) for k in children]
         self._ensure(c, "container", lambda: self.client.add_container(c.scope, c.name))
         if kids:
             content = [{"scope": k.scope, "name": k.name} for k in kids]
-            self._call(lambda: self.client.attach_dids(c.scope, c.name, content), "attach to", c)
+            self.call(lambda: self.client.attach_dids(c.scope, c.name, content), "attach to", c)
 
     def add_rule(self, did: str, rse_expression: str, *, lifetime: int | None = None,
                  copies: int = 1) -> str:
         """A replication rule for ``did`` (e.g. the study's output dataset); returns its id.
         An identical rule that exists already is reused."""
         d = parse_did(did)
-        for rule in self._call(lambda: list(self.client.list_did_rules(d.scope, d.name)),
+        for rule in self.call(lambda: list(self.client.list_did_rules(d.scope, d.name)),
                                "list rules of", d):
             if rule["rse_expression"] == rse_expression and rule["account"] == self.client.account:
                 return str(rule["id"])
-        ids = self._call(lambda: self.client.add_replication_rule(
+        ids = self.call(lambda: self.client.add_replication_rule(
             [{"scope": d.scope, "name": d.name}], copies, rse_expression, lifetime=lifetime),
             "add a rule for", d)
         return str(ids[0])
@@ -220,13 +211,13 @@ class RucioStore:
         """Set keys on the server where its plugins take them, else in gridml's record (all the
         keys of one server go to one place, learnt from the first try)."""
         d = parse_did(did)
-        self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
-        self._set_meta(d, metadata)
+        self.call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+        self.set_meta(d, metadata)
 
-    def _set_meta(self, d: DID, metadata: dict[str, Any]) -> None:
+    def set_meta(self, d: DID, metadata: dict[str, Any]) -> None:
         if self._server_json_meta is not False:
             try:
-                self._call(lambda: self.client.set_metadata_bulk(d.scope, d.name, metadata),
+                self.call(lambda: self.client.set_metadata_bulk(d.scope, d.name, metadata),
                            "set metadata on", d)
                 self._server_json_meta = True
                 return
@@ -240,8 +231,6 @@ class RucioStore:
     def upload(self, files: list[Path], dataset: str, *, metadata: dict[str, Any] | None = None,
                names: list[str] | None = None, rse: str | None = None) -> list[FileInfo]:
         """Upload ``files`` into ``dataset`` as ``scope:names[i]`` (see the module docstring)."""
-        from gridml.data.rucio_upload import upload_batch
-
         return upload_batch(self, [Path(f) for f in files], parse_did(dataset),
                             names=names, rse=self._rse(rse), metadata=metadata or {})
 
@@ -259,7 +248,7 @@ class RucioStore:
         found = self._type_or_none(d)
         if found is None:
             try:
-                self._call(create, f"create {kind}", d)
+                self.call(create, f"create {kind}", d)
                 return
             except DataError:
                 found = self._type_or_none(d)
@@ -271,7 +260,7 @@ class RucioStore:
 
     def _type_or_none(self, d: DID) -> str | None:
         try:
-            info = self._call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
+            info = self.call(lambda: self.client.get_did(d.scope, d.name), "look up", d)
         except NotFoundError:
             return None
         return str(info["type"]).lower()

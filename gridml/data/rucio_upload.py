@@ -10,15 +10,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from gridml.data.base import DID, FileInfo, adler32_file
 from gridml.data.common import check_names
+from gridml.data.rucio_errors import RucioLog
 from gridml.errors import DataError, NotFoundError
 
-if TYPE_CHECKING:
-    from gridml.data.rucio import RucioStore
+T = TypeVar("T")
+
+
+class RucioStore(Protocol):
+    """What an upload needs of :class:`gridml.data.rucio.RucioStore` (its public side)."""
+
+    client: Any
+    where: str
+
+    def call(self, fn: Callable[[], T], action: str, did: DID | str | None = None) -> T: ...
+    def set_meta(self, d: DID, metadata: dict[str, Any]) -> None: ...
+    def add_dataset(self, did: str, *, metadata: dict[str, Any] | None = None,
+                    rse: str | None = None) -> Any: ...
 
 _Local = tuple[Path, int, str]  # path, bytes, adler32
 
@@ -33,7 +46,7 @@ def upload_batch(store: RucioStore, files: list[Path], ds: DID, *, names: list[s
     _attach_missing(store, ds, dids)
     if metadata:
         for did in dids:
-            store._set_meta(did, metadata)
+            store.set_meta(did, metadata)
     return [FileInfo(d, size, adler, path=p, replicas=[rse]) for d, (p, size, adler) in
             zip(dids, local, strict=True)]
 
@@ -48,7 +61,7 @@ def _local_facts(path: Path) -> _Local:
 def _exists_same(store: RucioStore, did: DID, facts: _Local) -> bool:
     """True if ``did`` exists with these bytes (no-op); DataError if it exists otherwise."""
     try:
-        meta = store._call(lambda: store.client.get_metadata(did.scope, did.name), "look up", did)
+        meta = store.call(lambda: store.client.get_metadata(did.scope, did.name), "look up", did)
     except NotFoundError:
         return False
     _, size, adler = facts
@@ -67,9 +80,7 @@ def _exists_same(store: RucioStore, did: DID, facts: _Local) -> bool:
 def _upload_new(store: RucioStore, new: list[tuple[DID, _Local]], ds: DID, rse: str) -> None:
     """Copy-then-register every new file with one UploadClient; after a failure, retry only the
     files not registered yet (transient failures, with backoff)."""
-    from rucio.client.uploadclient import UploadClient
-
-    from gridml.data.rucio import _RucioLog
+    from rucio.client.uploadclient import UploadClient  # rucio-clients: only when uploading
 
     pending = dict(new)
 
@@ -78,7 +89,7 @@ def _upload_new(store: RucioStore, new: list[tuple[DID, _Local]], ds: DID, rse: 
                   "dataset_scope": ds.scope, "dataset_name": ds.name,
                   "register_after_upload": True} for d, (p, _, _) in pending.items()]
         try:
-            UploadClient(store.client, logger=_RucioLog(), tracing=False).upload(items)
+            UploadClient(store.client, logger=RucioLog(), tracing=False).upload(items)
         except Exception as exc:
             # NoFilesUploaded also covers "copied and registered, but attaching failed" (e.g. the
             # server went away for a moment): the registrations, not the exception, decide.
@@ -90,7 +101,7 @@ def _upload_new(store: RucioStore, new: list[tuple[DID, _Local]], ds: DID, rse: 
         pending.clear()
 
     if pending:
-        store._call(attempt, "upload into", ds)
+        store.call(attempt, "upload into", ds)
 
 
 def _registered(store: RucioStore, did: DID, size: int, adler: str) -> bool:
@@ -106,8 +117,8 @@ def _registered(store: RucioStore, did: DID, size: int, adler: str) -> bool:
 
 
 def _attach_missing(store: RucioStore, ds: DID, dids: list[DID]) -> None:
-    have = {(r["scope"], r["name"]) for r in store._call(
+    have = {(r["scope"], r["name"]) for r in store.call(
         lambda: list(store.client.list_content(ds.scope, ds.name)), "list", ds)}
     todo = [{"scope": d.scope, "name": d.name} for d in dids if (d.scope, d.name) not in have]
     if todo:
-        store._call(lambda: store.client.attach_dids(ds.scope, ds.name, todo), "attach to", ds)
+        store.call(lambda: store.client.attach_dids(ds.scope, ds.name, todo), "attach to", ds)

@@ -20,7 +20,6 @@ new task ``...trial-NNNN.aK/``.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import replace

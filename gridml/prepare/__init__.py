@@ -15,10 +15,14 @@ __all__ = ["PrepareError", "PrepareResult", "json_schema", "load_prep_spec", "ru
 
 
 def __getattr__(name: str) -> Any:  # lazy: `gridml --help` must not import numpy
-    if name in ("run_prepare", "PrepareResult", "PrepareError"):
+    if name == "run_prepare":
         from gridml.prepare import runner
 
-        return getattr(runner, name)
+        return runner.run_prepare
+    if name in ("PrepareResult", "PrepareError"):
+        from gridml.prepare import result
+
+        return getattr(result, name)
     if name in ("load_prep_spec", "json_schema"):
         from gridml.prepare import spec
 

@@ -11,7 +11,7 @@ from typing import Any
 from gridml.prepare import commit, worker
 from gridml.prepare import inputs as inp
 from gridml.prepare.pool import Pool, progress
-from gridml.prepare.runner import PrepareError, PrepareResult, read_branches
+from gridml.prepare.result import PrepareError, PrepareResult, read_branches
 from gridml.prepare.spec import PrepSpec
 
 

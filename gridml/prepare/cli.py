@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from gridml.prepare.runner import PrepareResult
+    from gridml.prepare.result import PrepareResult
 
 
 def prepare(

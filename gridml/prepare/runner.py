@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,28 +20,10 @@ from gridml.errors import DataError
 from gridml.prepare import inputs as inp
 from gridml.prepare import output
 from gridml.prepare.pool import Pool
+from gridml.prepare.result import PrepareResult
 from gridml.prepare.spec import PrepSpec, load_prep_spec
 
 FORMAT_VERSION = "1"  # bump when pieces or shards change meaning: invalidates every cache key
-
-
-class PrepareError(DataError):
-    """An input chunk could not be prepared (file, chunk and reason in the message)."""
-
-
-@dataclass
-class PrepareResult:
-    out_dir: Path
-    manifest: dict[str, Any]
-    up_to_date: bool = False  # nothing had to be computed or written
-    chunks: int = 0
-    chunks_computed: int = 0
-    shards_written: int = 0
-    events: int = 0  # input events in all chunks
-    events_computed: int = 0
-    seconds: float = 0.0
-    datasets: dict[str, str] = field(default_factory=dict)  # split -> registered DID
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
 
 
 def cache_root(explicit: Path | None) -> Path:
@@ -65,14 +46,6 @@ def code_hash(spec: PrepSpec) -> str:
 
 def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
-
-
-def read_branches(spec: PrepSpec) -> list[str] | None:
-    """The columns to read: inputs.branches plus the split key (None: all)."""
-    m = spec.model
-    if m.inputs.branches is None:
-        return None
-    return m.inputs.branches + [k for k in m.split.key if k not in m.inputs.branches]
 
 
 def _describe(spec: PrepSpec, cache: Path, backend: str, rehash: bool,
