@@ -42,9 +42,10 @@ exec 9>"$root/.lock-$key"
 flock 9   # one build per key at a time; a second setup waits and then reuses it
 if [ ! -f "$env/.complete" ]; then build; else log "reusing environment $env"; fi
 ln -sfn "$env" .venv
-# Light packages: every requirements/*.txt but the two above (extras, bench, checks, ...), layered
+# Light packages: every requirements/*.txt but the two above and torch.txt (below): extras, bench,
+# checks, ... layered
 # on top and re-applied (incrementally, by pip) whenever one of them changes.
-light=$(ls requirements/*.txt | grep -v -e '/base.txt$' -e '/horovod.txt$')
+light=$(ls requirements/*.txt | grep -v -e '/base.txt$' -e '/horovod.txt$' -e '/torch.txt$')
 extras_key="$(cat $light | sha256sum | cut -c1-16)"
 if [ ! -f "$env/.extras-$extras_key" ]; then
   log "installing $(echo $light | tr '\n' ' ')"
