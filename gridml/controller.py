@@ -24,7 +24,7 @@ from gridml.data.base import DataManager, FileInfo
 from gridml.errors import ConflictError, GridmlError, NotFoundError, SpecError
 from gridml.executors.base import Executor, TaskRequest, TaskStatus
 from gridml.spec import LoadedSpec, Spec, parse_walltime
-from gridml.store import ACTIVE_STATES, EpochReport, MetricsStore, Study, Trial, objective_of
+from gridml.store import ACTIVE_STATES, EpochReport, Study, Trial, objective_of
 
 log = logging.getLogger("gridml.controller")
 # what a trial leaves in its outputs folder that goes into the study's output dataset
@@ -128,7 +128,8 @@ class Campaign:
         """Rebuild the searcher from the stored observations and ask it for ``n`` points."""
         from gridml.search.study import propose
 
-        points, exhausted = propose(self.spec.search.model_dump(mode="json"), trials, n)
+        points, exhausted = propose(self.spec.search.model_dump(mode="json"), trials, n,
+                                     store=self.store)
         self._exhausted = exhausted and len(points) < n
         return points
 

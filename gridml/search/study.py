@@ -3,14 +3,21 @@ server's /ask route share (no optimizer state is ever kept between cycles)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
+from gridml.errors import NotFoundError, SearchError
 from gridml.search import create
 from gridml.search.base import Point
-from gridml.store import ACTIVE_STATES, Trial
+from gridml.search.validate import clean, point_problems
+from gridml.store import ACTIVE_STATES, StoreReader, Trial
 from gridml.store import objective_of as objective_of  # re-export: the one rule is the store's
+
+
+log = logging.getLogger(__name__)
 
 
 def observations(trials: Iterable[Trial]) -> tuple[list[Point], list[float | None], list[Point]]:
@@ -36,11 +43,76 @@ def searcher_for(search: dict[str, Any]) -> Any:
                   direction=search.get("direction", "minimize"), **(search.get("options") or {}))
 
 
-def propose(search: dict[str, Any], trials: list[Trial], n: int) -> tuple[list[Point], bool]:
-    """``n`` new points for a study with these trials; True when the searcher is exhausted."""
+@dataclass
+class WarmStart:
+    """Finished trials of earlier studies told to a new study's searcher."""
+
+    points: list[Point] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)
+    used: dict[str, int] = field(default_factory=dict)  # study -> trials told
+    skipped: dict[str, int] = field(default_factory=dict)  # study -> points outside the space
+
+
+def warm_start(search: dict[str, Any], store: StoreReader | None) -> WarmStart:
+    """The finished trials of the studies named in ``search.warm_start`` whose points lie in this
+    study's space (the others are skipped and counted). They must optimise the same objective in
+    the same direction."""
+    out = WarmStart()
+    names = search.get("warm_start") or []
+    if not names:
+        return out
+    if store is None:
+        raise SearchError("search.warm_start: no metrics store to read earlier studies from",
+                          hint="run the campaign through gridml submit or gridml serve")
+    space = {k: clean(v) for k, v in search["space"].items()}
+    for name in names:
+        try:
+            other = store.get_study(name)
+        except NotFoundError:
+            raise SearchError(f"search.warm_start: study {name!r} not found",
+                              hint="name a study that `gridml status` lists") from None
+        theirs = other.spec.get("search") or {}
+        mine = (search.get("objective"), search.get("direction", "minimize"))
+        if (theirs.get("objective"), theirs.get("direction", "minimize")) != mine:
+            raise SearchError(f"search.warm_start: study {name!r} optimises "
+                              f"{theirs.get('objective')} ({theirs.get('direction', 'minimize')}), "
+                              f"this one {mine[0]} ({mine[1]})",
+                              hint="warm-start only from studies with the same objective")
+        points, values, _ = observations(store.list_trials(other.id))
+        keep = [i for i, p in enumerate(points) if not point_problems(space, p)]
+        out.points += [points[i] for i in keep]
+        out.values += [values[i] for i in keep]
+        out.used[name], out.skipped[name] = len(keep), len(points) - len(keep)
+    return out
+
+
+def initial_points(search: dict[str, Any], searcher: Any, known: list[Point],
+                   n: int) -> list[Point]:
+    """Up to ``n`` of ``search.initial_points`` not yet told or pending, in the spec's order."""
+    given = [dict(p) for p in search.get("initial_points") or []]
+    if not given or n <= 0:
+        return []
+    searcher.space.check(given, "search.initial_points")  # the one validator
+    seen = set(searcher.space.keys(searcher.space.columns(known))) if known else set()
+    return searcher.novel(given, seen, n)
+
+
+def propose(search: dict[str, Any], trials: list[Trial], n: int,
+            store: StoreReader | None = None) -> tuple[list[Point], bool]:
+    """``n`` new points for a study with these trials; True when the searcher is exhausted.
+
+    ``search.initial_points`` come first; finished trials of the ``search.warm_start`` studies
+    (read from ``store``) are told to the searcher along with the study's own."""
     searcher = searcher_for(search)
     points, values, pending = observations(trials)
-    if points:
-        searcher.tell(points, values)
-    proposed = searcher.ask(n, pending=pending)
+    warm = warm_start(search, store)
+    if warm.skipped and any(warm.skipped.values()):
+        log.info("search.warm_start: %s", ", ".join(
+            f"{k}: {warm.used[k]} told, {v} outside the space skipped"
+            for k, v in warm.skipped.items()))
+    told, told_values = warm.points + points, warm.values + values
+    if told:
+        searcher.tell(told, told_values)
+    first = initial_points(search, searcher, told + pending, n)
+    proposed = first + searcher.ask(n - len(first), pending=pending + first)
     return proposed, bool(getattr(searcher, "exhausted", False))

@@ -29,7 +29,7 @@ def ask(store: SqlStore, study: Study, n: int) -> tuple[list[dict], bool]:
 
     cfg = search_section(study)
     try:
-        return engine.propose(cfg, store.list_trials(study.id), n)
+        return engine.propose(cfg, store.list_trials(study.id), n, store=store)
     except GridmlError:
         raise
     except Exception as exc:  # a searcher bug or a space it cannot handle: say so, not 500

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gridml.search.validate import condition_problems, dimension_problems
+from gridml.search.validate import condition_problems, dimension_problems, point_problems
 
 from payloads.runtime.trial import TrainingOptions  # the trial contract's one definition
 
@@ -90,6 +90,10 @@ class Search(_Strict):
     space: dict[str, Dimension] = Field(min_length=1)
     early_stopping: dict[str, Any] | None = None
     options: dict[str, Any] = Field(default_factory=dict, description="searcher options, e.g. grid_points")
+    warm_start: list[str] = Field(default_factory=list, description="earlier studies (same "
+                                  "objective) whose finished trials the searcher is told")
+    initial_points: list[dict[str, Any]] = Field(default_factory=list,
+                                                 description="points to run first")
 
     @model_validator(mode="after")
     def _check(self) -> Search:
@@ -100,6 +104,10 @@ class Search(_Strict):
         problems = condition_problems(space)  # the one validator
         if problems:
             raise ValueError(problems[0].under("space"))
+        for i, point in enumerate(self.initial_points):
+            bad = point_problems(space, point, f"initial_points.{i}")
+            if bad:
+                raise ValueError(bad[0])
         return self
 
 

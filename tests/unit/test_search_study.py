@@ -1,0 +1,69 @@
+"""The shared proposing path (gridml.search.study.propose): initial points first, warm start from
+earlier studies in a real SQLite metrics store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gridml.errors import SearchError
+from gridml.search.study import propose, warm_start
+from gridml.store import open_store
+
+SPACE = {"lr": {"type": "real", "low": 1e-4, "high": 1e-1, "log": True},
+         "units": {"type": "int", "low": 8, "high": 64}}
+
+
+def section(**extra):
+    return {"algorithm": "random", "objective": "val_loss", "direction": "minimize", "seed": 1,
+            "space": SPACE, **extra}
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = open_store(f"sqlite:///{tmp_path / 'g.db'}")
+    yield s
+    s.close()
+
+
+def finished(store, name: str, points, values, **search):
+    study = store.create_study(name, {"search": section(**search)}, name)
+    for p, v in zip(points, values):
+        t = store.create_trial(study.id, p)
+        store.update_trial(t.id, state="completed" if v is not None else "failed", objective=v)
+    return study
+
+
+def test_initial_points_come_first_then_the_searcher(store):
+    first = [{"lr": 0.01, "units": 32}, {"lr": 0.001, "units": 8}]
+    points, _ = propose(section(initial_points=first), [], 3, store=store)
+    assert points[:2] == first and len(points) == 3
+    study = finished(store, "a", first[:1], [0.5])
+    points, _ = propose(section(initial_points=first), store.list_trials(study.id), 2)
+    assert points[0] == first[1] and points[1] not in first
+
+
+def test_bad_initial_points_are_refused_in_one_line():
+    with pytest.raises(SearchError, match=r"search.initial_points\[0\].lr: 5.0 is outside"):
+        propose(section(initial_points=[{"lr": 5.0, "units": 8}]), [], 2)
+
+
+def test_warm_start_tells_earlier_trials_and_skips_points_outside(store):
+    old = [{"lr": 0.01, "units": 32}, {"lr": 0.02, "units": 100}, {"lr": 0.03, "units": 40},
+           {"lr": 0.04, "units": 41, "gone": 1}]
+    finished(store, "earlier", old, [0.3, 0.2, None, 0.1])
+    warm = warm_start(section(warm_start=["earlier"]), store)
+    assert warm.points == old[:1] + old[2:3] and warm.values == [0.3, None]
+    assert warm.used == {"earlier": 2} and warm.skipped == {"earlier": 2}
+    cold, _ = propose(section(), [], 4, store=store)
+    hot, _ = propose(section(warm_start=["earlier"]), [], 4, store=store)
+    assert cold != hot and not {(p["lr"], p["units"]) for p in hot} & {(0.01, 32), (0.03, 40)}
+
+
+def test_warm_start_refuses_unknown_studies_and_other_objectives(store):
+    with pytest.raises(SearchError, match="study 'nope' not found"):
+        propose(section(warm_start=["nope"]), [], 1, store=store)
+    finished(store, "acc", [], [], objective="val_accuracy", direction="maximize")
+    with pytest.raises(SearchError, match="optimises val_accuracy"):
+        propose(section(warm_start=["acc"]), [], 1, store=store)
