@@ -12,6 +12,13 @@ The load generator runs in its own process (asyncio, raw HTTP/1.1, so that it co
 as little CPU as possible on this 2-core machine). MLflow is installed by this script into its
 own venv under ~/.cache/gridml/bench-mlflow (first run: a few minutes).
 Goal (issue 4): >= 2,000 reports/s with p99 < 50 ms, and ahead of the peer.
+
+Each gridml target runs twice: on an empty store, then on the same store after a study of
+``--big-trials`` (10,000) x ``--big-epochs`` (20) reports was bulk-inserted beside it
+(``metrics_api_big.py``): the rate and p99 must stay within 20 % of the empty-store run. On the
+big store the dashboard's study page for that study is then timed: the API calls it makes, and
+in headless Chromium (Debian's chromium + chromedriver) from navigation to its table filled
+(goal: < 2 s). ``--big-trials 0`` skips that half.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 MLFLOW_ENV = Path.home() / ".cache" / "gridml" / "bench-mlflow"
 WARMUP = 2.0
 
@@ -152,12 +160,12 @@ def _cpu_seconds(pid: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # targets
 # ---------------------------------------------------------------------------------------------
-def _fill_gridml(db_url: str, n: int) -> list[dict[str, Any]]:
+def _fill_gridml(db_url: str, n: int, name: str = "bench") -> list[dict[str, Any]]:
     """A study with ``n`` running trials, each with its own trial token (as payloads have)."""
     from gridml.store import open_store
 
     store = open_store(db_url)
-    study = store.create_study("bench", {"search": {"objective": "val_loss", "space": {}}}, "b")
+    study = store.create_study(name, {"search": {"objective": "val_loss", "space": {}}}, "b")
     trials = []
     for i in range(n):
         trial = store.create_trial(study.id, {"i": i}, state="running")
@@ -167,16 +175,30 @@ def _fill_gridml(db_url: str, n: int) -> list[dict[str, Any]]:
 
 
 def bench_gridml(label: str, db_url: str, args: argparse.Namespace,
-                 workdir: Path) -> dict[str, Any]:
+                 workdir: Path) -> list[dict[str, Any]]:
+    """The load on an empty store, then (``--big-trials``) on the same store holding a big
+    study too, with the dashboard timed on that study; one row per run."""
     from gridml.server.process import ServerProcess
+    from metrics_api_big import dashboard_api_times, dashboard_browser_time, fill_big_study
 
-    trials = _fill_gridml(db_url, args.trials)
-    with ServerProcess(db_url, workers=args.workers, log=workdir / f"{label}.log") as server:
-        plan = {"kind": "gridml", "host": server.url.removeprefix("http://"),
-                "seconds": args.seconds, "trials": trials}
-        result = run_load(plan, workdir, server.proc.pid)
-        _check_stored(db_url, trials, result)
-    return {"target": label, **result}
+    rows = []
+    for big in ([False, True] if args.big_trials else [False]):
+        if big:
+            fill_s = fill_big_study(db_url, args.big_trials, args.big_epochs)
+            print(f"{label}: {args.big_trials} x {args.big_epochs} reports inserted in "
+                  f"{fill_s:.1f} s", flush=True)
+        trials = _fill_gridml(db_url, args.trials, name="bench-big" if big else "bench")
+        with ServerProcess(db_url, workers=args.workers, log=workdir / f"{label}.log") as server:
+            plan = {"kind": "gridml", "host": server.url.removeprefix("http://"),
+                    "seconds": args.seconds, "trials": trials}
+            result = run_load(plan, workdir, server.proc.pid)
+            _check_stored(db_url, trials, result)
+            if big:
+                result["dashboard"] = dashboard_api_times(server.url)
+                result["browser_s"] = dashboard_browser_time(server.url)
+        store = f"+ {args.big_trials // 1000}k x {args.big_epochs} study" if big else "empty"
+        rows.append({"target": f"{label}, {store}", **result})
+    return rows
 
 
 def _check_stored(db_url: str, trials: list[dict[str, Any]], result: dict[str, Any]) -> None:
@@ -190,7 +212,7 @@ def _check_stored(db_url: str, trials: list[dict[str, Any]], result: dict[str, A
         stored = conn.execute(text("SELECT count(*) FROM epochs")).scalar()
     store.close()
     result["stored"] = stored
-    assert stored >= result["reports"], (stored, result)
+    assert stored >= result["reports"], (stored, result)  # (the big study's rows count too)
 
 
 def postgres_db(workdir: Path) -> str:
@@ -301,6 +323,24 @@ def table(rows: list[dict[str, Any]], peer: float | None) -> str:
     return "\n".join(lines)
 
 
+def big_table(rows: list[dict[str, Any]]) -> str:
+    """Each big-store run against its empty-store run, and the dashboard's load time."""
+    lines = []
+    for empty, big in zip(rows, rows[1:]):
+        if "dashboard" not in big or "dashboard" in empty:
+            continue
+        d = big["dashboard"]
+        browser = "-" if big.get("browser_s") is None else f"{big['browser_s']:.2f} s"
+        lines += [f"\n{big['target']} vs empty: rate {big['rate'] / empty['rate']:.0%}, "
+                  f"p99 {big['p99_ms'] / empty['p99_ms']:.0%} of the empty store's "
+                  "(goal: within 20 %)",
+                  f"  dashboard study page: API calls {d['total']:.0f} ms (studies "
+                  f"{d['studies']:.0f}, summary {d['summary']:.0f} || trials {d['trials']:.0f}, "
+                  f"epochs {d['epochs']:.0f} ms for {d['epochs_mb']:.1f} MB; page+js+css "
+                  f"{d['page + js + css']:.0f} ms); headless Chromium {browser} (goal: < 2 s)"]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -308,6 +348,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="gridml serve workers")
     parser.add_argument("--skip", nargs="*", default=[], choices=["sqlite", "postgresql",
                                                                   "mlflow"])
+    parser.add_argument("--big-trials", type=int, default=10_000,
+                        help="trials of the big study of the second run (0: no second run)")
+    parser.add_argument("--big-epochs", type=int, default=20)
     parser.add_argument("--generate", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.generate:
@@ -320,12 +363,12 @@ def main() -> int:
         workdir = Path(tmp)
         os.environ["GRIDML_HOME"] = str(workdir / "home")
         if "sqlite" not in args.skip:
-            rows.append(bench_gridml(f"gridml serve, SQLite ({args.workers} workers)",
-                                     f"sqlite:///{workdir / 'bench.db'}", args, workdir))
+            rows += bench_gridml(f"gridml serve, SQLite ({args.workers} workers)",
+                                 f"sqlite:///{workdir / 'bench.db'}", args, workdir)
         if "postgresql" not in args.skip:
             try:
-                rows.append(bench_gridml(f"gridml serve, PostgreSQL ({args.workers} workers)",
-                                         postgres_db(workdir), args, workdir))
+                rows += bench_gridml(f"gridml serve, PostgreSQL ({args.workers} workers)",
+                                     postgres_db(workdir), args, workdir)
             finally:
                 testing.stop_started_postgres()
         peer = None
@@ -336,6 +379,7 @@ def main() -> int:
           f"{WARMUP:.0f} s warm-up; load generator in its own process; "
           f"{os.cpu_count()} cores\n")
     print(table(rows, peer))
+    print(big_table(rows))
     print(f"\nload average during the run (1/5/15 min): {os.getloadavg()}; the load "
           f"generator used {rows[0]['gen_cpu_ms']:.2f} ms CPU per report" if rows else "")
     return 0

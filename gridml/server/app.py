@@ -7,8 +7,6 @@ Every error body is ``{"detail": message, "hint": fix or null}``.
 
 from __future__ import annotations
 
-import json
-import math
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -17,32 +15,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from gridml.errors import GridmlError
+from gridml.server.app_json import SafeJSON
 from gridml.server.errors import error_body, status_of
 from gridml.server.fastpath import EpochFastPath
 from gridml.store.sql import SqlStore
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
-class SafeJSON(JSONResponse):
-    """JSON without NaN/Infinity (a diverged loss is reported as null, never a 500)."""
-
-    def render(self, content: Any) -> bytes:
-        try:
-            return json.dumps(content, ensure_ascii=False, allow_nan=False,
-                              separators=(",", ":")).encode()
-        except ValueError:
-            return json.dumps(_finite(content), separators=(",", ":")).encode()
 
 
 def _install_errors(app: FastAPI) -> None:

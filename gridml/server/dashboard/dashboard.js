@@ -256,10 +256,10 @@ async function refresh() {
   try {
     const [summary, page] = await Promise.all([api(`/api/v1/studies/${s}`),
       api(`/api/v1/studies/${s}/trials?limit=1000`)]);
-    // the epochs of every trial only when some trial has reported since the last poll
+    // the epochs of the trials shown (the same page) only when one has reported since the last poll
     const seen = page.trials.map((t) => `${t.id}:${t.epochs_done}`).join(",");
     if (seen !== state.seen) {
-      state.epochs = await api(`/api/v1/studies/${s}/epochs`);
+      state.epochs = await api(`/api/v1/studies/${s}/epochs?limit=1000`);
       state.seen = seen;
     }
     Object.assign(state, { summary, trials: page.trials });

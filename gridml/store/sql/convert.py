@@ -66,6 +66,18 @@ def decode_body(body: dict[str, Any]) -> EpochReport:
     return EpochReport.from_json(data)
 
 
+def json_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The stored body as the API sends it: ``to_json()``'s shape, non-finite numbers as None
+    (the dashboard's bulk read; no EpochReport in between)."""
+    metrics = body["metrics"]
+    if any(isinstance(v, str) for v in metrics.values()):
+        body["metrics"] = {k: None if isinstance(v, str) else v for k, v in metrics.items()}
+    for key in NUMBERS:
+        if isinstance(body.get(key), str):
+            body[key] = None
+    return body
+
+
 def _finite_or_str(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)

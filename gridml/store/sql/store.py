@@ -253,14 +253,23 @@ class SqlStore(TokensMixin):
                                .order_by(EpochRow.epoch))
             return [convert.decode_body(b) for b in bodies]
 
-    def study_epochs(self, study_id: int) -> dict[int, list[EpochReport]]:
-        """All epochs of a study's trials, by trial id (for the dashboard and early stopping)."""
+    def study_epochs(self, study_id: int, *, limit: int | None = None, offset: int = 0,
+                     as_json: bool = False) -> dict[int, list[Any]]:
+        """The epochs of a study's trials, by trial id (for the dashboard and early stopping);
+        ``limit``/``offset``: only those of that page of trials (in number order), as
+        ``list_trials(..., limit=, offset=)`` returns it. ``as_json``: the reports as the API
+        sends them (``EpochReport.to_json()`` with non-finite numbers as None), not decoded."""
         with self._read() as s:
             query = select(EpochRow.trial_id, EpochRow.body).join(TrialRow) \
                 .where(TrialRow.study_id == study_id).order_by(EpochRow.trial_id, EpochRow.epoch)
-            found: dict[int, list[EpochReport]] = {}
+            if limit is not None or offset:
+                page = select(TrialRow.id).where(TrialRow.study_id == study_id) \
+                    .order_by(TrialRow.number).offset(offset).limit(limit)
+                query = query.where(EpochRow.trial_id.in_(page.scalar_subquery()))
+            found: dict[int, list[Any]] = {}
+            decode = convert.json_body if as_json else convert.decode_body
             for trial_id, body in s.execute(query):
-                found.setdefault(trial_id, []).append(convert.decode_body(body))
+                found.setdefault(trial_id, []).append(decode(body))
             return found
 
 
