@@ -41,6 +41,58 @@ def save_model(model: Any, out: Path, loss: Any, metrics: list[Any]) -> Path:
     return path
 
 
+def verify_onnx(path: Path, inputs: dict[str, Any], expected: Any, *, rtol: float = 1e-3,
+                atol: float = 1e-4) -> dict[str, Any]:
+    """Run ``path`` with onnxruntime on ``inputs`` (name -> rows) and compare with ``expected``
+    (the trained model's outputs on the same rows)."""
+    import numpy as np
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {"verified": False, "reason": "onnxruntime is not installed"}
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    feed = {n: np.asarray(a) for n, a in zip(names, inputs.values())}
+    got = np.asarray(sess.run(None, feed)[0], dtype=np.float64)
+    want = np.asarray(expected, dtype=np.float64).reshape(got.shape)
+    diff = float(np.max(np.abs(got - want))) if got.size else 0.0
+    ok = bool(np.allclose(got, want, rtol=rtol, atol=atol))
+    if not ok:
+        log.warning("model.onnx differs from the trained model by up to %.3g on %d rows", diff,
+                    len(got))
+    return {"verified": ok, "rows": int(len(got)), "max_abs_diff": diff,
+            "onnxruntime": ort.__version__}
+
+
+def save_onnx_keras(model: Any, out: Path, sample: list[Any]) -> dict[str, Any]:
+    """``model.onnx`` from a Keras model with tf2onnx (batch axis, and any axis the model left
+    open, dynamic), checked with onnxruntime on ``sample`` (rows per model input). The trial
+    does not fail when tf2onnx is missing or the model cannot be converted: the reason goes
+    to provenance."""
+    import numpy as np
+
+    path, tmp = out / "model.onnx", out / "model.onnx.tmp"
+    try:
+        import tensorflow as tf
+        import tf2onnx
+
+        spec = tuple(tf.TensorSpec((None, *t.shape[1:]), t.dtype, name=t.name.split(":")[0])
+                     for t in model.inputs)
+        tf2onnx.convert.from_keras(model, input_signature=spec, opset=17, output_path=str(tmp))
+        os.replace(tmp, path)
+        rows = [np.asarray(a) for a in sample]
+        expected = model(rows if len(rows) > 1 else rows[0], training=False)
+        expected = np.asarray(expected, dtype=np.float32)
+    except Exception as e:
+        tmp.unlink(missing_ok=True)
+        reason = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        log.warning("model.onnx not written: %s", reason)
+        return {"written": False, "reason": reason}
+    return {"written": True, **verify_onnx(path, {f"in{i}": a for i, a in enumerate(rows)},
+                                           expected)}
+
+
 def plot_curves(reports: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     """Loss and each metric per epoch, train and validation side by side (matplotlib, Agg)."""
     try:

@@ -11,8 +11,9 @@ import os
 from dataclasses import asdict, dataclass
 
 _LOCAL_SIZE_VARS = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                    "PMI_LOCAL_SIZE")
-_LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+                    "PMI_LOCAL_SIZE", "LOCAL_WORLD_SIZE")  # the last: torchrun's
+_LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                    "LOCAL_RANK")
 _CAPPED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
 
@@ -73,6 +74,20 @@ def apply_tf(plan: ThreadPlan) -> None:
 
     tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
     tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
+
+
+def apply_torch(plan: ThreadPlan) -> dict[str, int]:
+    """Set PyTorch's pools: intra-op (``torch.set_num_threads``) and inter-op
+    (``torch.set_num_interop_threads``, before any parallel work starts). Returns what torch
+    reports back."""
+    import torch
+
+    torch.set_num_threads(plan.intra_op)
+    try:
+        torch.set_num_interop_threads(plan.inter_op)
+    except RuntimeError:  # already started (a second call in one process): keep what it has
+        pass
+    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
 
 def dataset_options(plan: ThreadPlan):  # -> tf.data.Options

@@ -1,0 +1,438 @@
+"""One PyTorch trial on this rank (under torchrun): process group, device, the data pipeline the
+Keras payload uses, DistributedDataParallel, the epoch loop with AMP, metrics summed over ranks,
+rank 0's report/checkpoint/should-stop, resume, and the outputs (model.pt, model.onnx).
+
+Imports torch, numpy, h5py and the payload runtime; never TensorFlow or Horovod.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import os
+import platform
+import socket
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from payloads.runtime import gpu, outputs, profile, threads, torch_model
+from payloads.runtime.checkpoint import Checkpointer
+from payloads.runtime.session import Data, _input_shape, make_reporter, open_data, reader_processes
+from payloads.runtime.trial import TrialConfig
+
+log = logging.getLogger("gridml.payload")
+
+
+# ---- the process group and the device ----------------------------------------------------------
+class Dist:
+    """This rank in the job: torch.distributed when launched by torchrun, else a single rank."""
+
+    def __init__(self, device_type: str) -> None:
+        self.rank = int(os.environ.get("RANK", 0))
+        self.size = int(os.environ.get("WORLD_SIZE", 1))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.on = "MASTER_ADDR" in os.environ and self.size >= 1
+        if self.on:
+            dist.init_process_group("nccl" if device_type == "cuda" else "gloo",
+                                    timeout=datetime.timedelta(seconds=300))
+
+    def all_reduce(self, t: torch.Tensor) -> Any:
+        return dist.all_reduce(t) if self.on and self.size > 1 else None
+
+    def gather(self, obj: Any) -> list[Any]:
+        if not self.on or self.size == 1:
+            return [obj]
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj: Any) -> Any:
+        if not self.on or self.size == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def close(self) -> None:
+        if self.on and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def choose_device(wanted: int, local_rank: int) -> torch.device:
+    """One GPU per local rank when the trial asked for GPUs and the node has them, else CPU."""
+    n = torch.cuda.device_count() if wanted > 0 and torch.cuda.is_available() else 0
+    index = gpu.choose_gpu(local_rank, n)
+    if index is None:
+        return torch.device("cpu")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def precision(option: Any, device: torch.device) -> tuple[torch.dtype | None, bool, str]:
+    """(autocast dtype or None, use a GradScaler, name) for ``training.mixed_precision``:
+    ``true``/fp16 is float16 with a GradScaler on a GPU and float32 on a CPU (as for Keras);
+    bf16 is honoured on both."""
+    if option in (None, False, "float32", "none"):
+        return None, False, "float32"
+    if str(option).lower() in ("mixed_bfloat16", "bf16", "bfloat16"):
+        return torch.bfloat16, False, "bfloat16"
+    if device.type == "cuda":
+        return torch.float16, True, "float16"
+    return None, False, "float32"
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+class TorchCheckpointer(Checkpointer):
+    """The Keras payload's layout (epoch-N/ renamed into place, state.json replaced atomically)
+    holding ``state.pt``: model, optimizer and AMP scaler state."""
+
+    def save(self, model: Any, epoch: int, extra: dict[str, Any] | None = None,  # type: ignore[override]
+             optimizer: Any = None, scaler: Any = None) -> Path:
+        import shutil
+
+        name = f"epoch-{epoch}"
+        tmp, final = self.dir / f".{name}.tmp", self.dir / name
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        torch.save({"model": model.state_dict(), "epoch": epoch,
+                    "optimizer": optimizer.state_dict() if optimizer is not None else None,
+                    "scaler": scaler.state_dict() if scaler is not None else None},
+                   tmp / "state.pt")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        self._write_state({"epoch": epoch, "name": name, "framework": "torch", **(extra or {})})
+        self._prune(keep=name)
+        return final
+
+    def restore(self, model: Any, optimizer: Any = None, scaler: Any = None) -> int:  # type: ignore[override]
+        state = self.state()
+        if state is None:
+            return 0
+        blob = torch.load(self.dir / state["name"] / "state.pt", map_location="cpu",
+                          weights_only=False)
+        model.load_state_dict(blob["model"])
+        if optimizer is not None and blob.get("optimizer"):
+            optimizer.load_state_dict(blob["optimizer"])
+        if scaler is not None and blob.get("scaler"):
+            scaler.load_state_dict(blob["scaler"])
+        return int(state["epoch"])
+
+
+# ---- batches -----------------------------------------------------------------------------------
+def _tensor(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    """No copy on a CPU (``from_numpy`` shares the slab); on a GPU one copy into pinned memory
+    and an asynchronous transfer of the whole slab."""
+    t = torch.from_numpy(a)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
+
+
+def batches(loader: Any, epochs: Any, device: torch.device) -> Iterator[tuple[Any, torch.Tensor]]:
+    """(features, labels) batches as tensors: each slab crosses to torch once, batches are views."""
+    names = [*loader.features, loader.labels]
+    for slab in loader.slabs(epochs):
+        ts = {n: _tensor(slab[n], device) for n in names}
+        for i in range(ts[loader.labels].shape[0]):
+            x = tuple(ts[f][i] for f in loader.features)
+            yield x, ts[loader.labels][i]
+
+
+def forward(model: Any, x: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """One feature: ``model(x)``; several: ``model(*features)`` in data.features order."""
+    return model(*x)
+
+
+def _number(v: Any) -> float | None:
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+# ---- one trial ---------------------------------------------------------------------------------
+class Trainer:
+    def __init__(self, cfg: TrialConfig, plan: threads.ThreadPlan, data: Data, ranks: Dist,
+                 device: torch.device) -> None:
+        self.cfg, self.plan, self.data, self.ranks, self.device = cfg, plan, data, ranks, device
+        t = cfg.training
+        self.amp_dtype, use_scaler, self.precision = precision(t.mixed_precision, device)
+        self.user = torch_model.load(cfg.model_file)
+        self.input_shape = _input_shape(data.train, list(data.train.features))
+        torch.manual_seed(cfg.seed % 2**31)  # the same initial weights on every rank
+        self.model = torch_model.build(self.user, cfg.model_file, cfg.hparams, self.input_shape)
+        self._adapt()
+        self.model.to(device)
+        lr = cfg.learning_rate * (ranks.size if t.options.lr_scaling == "linear" else 1)
+        self.lr = lr
+        self.opt = torch_model.optimizer(t.optimizer, self.model.parameters(), lr, cfg.hparams)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
+        self.loss_fn = self.user.loss or torch_model.loss_fn(t.loss)
+        torch_model.Metrics(list(t.metrics), t.loss, device)  # unknown metric names fail now
+        self.ckpt = TorchCheckpointer(cfg.output_dir / "checkpoint") if t.options.checkpoint else None
+        self.reporter = make_reporter(cfg) if ranks.rank == 0 else None
+        self.start = self._resume()
+        self.ddp = self._wrap()
+        self.stop_reason: str | None = None
+        self.last_profile: dict[str, Any] = {}
+
+    def _adapt(self) -> None:
+        """``model.adapt(samples)`` when the model defines it: the first ``adapt_samples``
+        training rows per feature (None for a ragged one), the same rows on every rank."""
+        fn = getattr(self.model, "adapt", None)
+        if callable(fn):
+            feats = list(self.data.train.features)
+            head = self.data.train.src.head(self.cfg.training.options.adapt_samples)
+            fn([head.get(f) for f in feats])
+            log.info("adapted the model on the first %d training rows",
+                     len(head[self.data.train.labels]))
+
+    def _wrap(self) -> Any:
+        if not (self.ranks.on and self.ranks.size > 1):
+            return self.model
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if self.cfg.training.options.gradient_compression == "fp16":  # half the all-reduce bytes
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return ddp
+
+    def _resume(self) -> int:
+        done = self.ckpt.restore(self.model, self.opt, self.scaler) if self.ckpt else 0
+        if self.reporter is not None:
+            (self.cfg.output_dir / "result.json").unlink(missing_ok=True)
+            self.reporter.spool.truncate_after(done)
+            if done:
+                log.info("resuming after epoch %d from %s", done,
+                         self.cfg.output_dir / "checkpoint")
+        return done
+
+    def _autocast(self) -> Any:
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def _step(self, x: tuple[torch.Tensor, ...], y: torch.Tensor,
+              metrics: torch_model.Metrics) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        with self._autocast():
+            if self.user.training_step is not None:
+                r = self.user.training_step(self.ddp, (x[0] if len(x) == 1 else x, y), self.loss_fn)
+                loss, out = r if isinstance(r, tuple) else (r, None)
+            else:
+                out = forward(self.ddp, x)
+                loss = self.loss_fn(out, y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        metrics.update(loss, out, y)
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        self.model.eval()
+        m = torch_model.Metrics(list(self.cfg.training.metrics), self.cfg.training.loss,
+                                self.device)
+        for x, y in batches(self.data.val, [0], self.device):
+            with self._autocast():
+                out = forward(self.model, x)
+                m.update(self.loss_fn(out, y), out, y)
+        self.model.train()
+        return m.reduce(self.ranks.all_reduce)
+
+    def fit(self) -> None:
+        cfg, data = self.cfg, self.data
+        epochs, steps = cfg.training.epochs, data.train.steps_per_epoch
+        if data.val is not None and data.val.steps_per_epoch == 0:
+            log.warning("data.validation has fewer rows than ranks: no validation metrics")
+            data.val = None
+        if self.start >= epochs:
+            return
+        stream = batches(data.train, range(self.start, epochs), self.device)
+        try:
+            for epoch in range(self.start, epochs):
+                if not self._epoch(epoch, stream, steps):
+                    break
+        finally:
+            stream.close()  # stops the reader threads (also after a stop or an error)
+
+    def _wait(self) -> float:
+        return sum(ld.wait_s for ld in self.data.loaders)
+
+    def _epoch(self, epoch: int, stream: Iterator[Any], steps: int) -> bool:
+        t0, cpu0, w0 = time.perf_counter(), time.process_time(), self._wait()
+        self.model.train()
+        m = torch_model.Metrics(list(self.cfg.training.metrics), self.cfg.training.loss,
+                                self.device)
+        for _ in range(steps):
+            x, y = next(stream)
+            self._step(x, y, m)
+        logs = m.reduce(self.ranks.all_reduce)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        t_train = time.perf_counter()
+        if self.data.val is not None:
+            logs.update({f"val_{k}": v for k, v in self.validate().items()})
+        now = time.perf_counter()
+        mine = profile.rank_profile(now - t0, t_train - t0, self._wait() - w0, 0,
+                                    time.process_time() - cpu0)
+        per_epoch = self.data.train.rows_per_epoch * self.ranks.size
+        self.last_profile = profile.combine(self.ranks.gather(mine), per_epoch)
+        if self.ranks.rank == 0:
+            self._report(epoch + 1, logs)
+        if self.cfg.early_stopping and epoch + 1 < self.cfg.training.epochs:
+            decision = (False, "")
+            if self.ranks.rank == 0 and self.reporter is not None:
+                decision = self.reporter.should_stop()
+            stop, reason = self.ranks.broadcast(decision)
+            if stop:
+                self.stop_reason = reason or "the server asked to stop"
+                log.info("stopping after epoch %d: %s", epoch + 1, self.stop_reason)
+                return False
+        return True
+
+    def _report(self, epoch: int, logs: dict[str, float]) -> None:
+        prof = dict(self.last_profile)
+        cache = self.data.train.cache.stats()
+        prof["extra"] = {**prof.get("extra", {}), "cache": cache, "device": str(self.device),
+                         "precision": self.precision}
+        reason = profile.input_bound_reason(prof, cache)
+        if reason:
+            prof["extra"]["input_bound"] = reason
+        report = {"epoch": epoch, "metrics": {k: _number(v) for k, v in logs.items()}, **prof}
+        if self.reporter is not None:
+            self.reporter.report(report)
+        if self.ckpt is not None:
+            self.ckpt.save(self.model, epoch, optimizer=self.opt, scaler=self.scaler)
+        log.info("epoch %d: %s | %.2fs, %.0f samples/s, input wait %.1f%%", epoch,
+                 " ".join(f"{k}={v}" if v is None else f"{k}={v:.4g}"
+                          for k, v in report["metrics"].items()),
+                 prof.get("epoch_time", 0), prof.get("samples_per_s") or 0,
+                 100 * (prof.get("input_wait_frac") or 0))
+
+    # ---- rank 0: the outputs -------------------------------------------------------------------
+    def finish(self) -> None:
+        cfg, out = self.cfg, self.cfg.output_dir
+        reporter = self.reporter
+        assert reporter is not None
+        reporter.close()
+        reports = [r for _, r in sorted(reporter.spool.last_by_epoch().items())]
+        final = reports[-1]["metrics"] if reports else {}
+        epochs_done = reports[-1]["epoch"] if reports else 0
+        pruned = self.stop_reason is not None and epochs_done < cfg.training.epochs
+        self.model.eval()
+        save_model_pt(self.model, out, cfg, self.input_shape)
+        onnx = export_onnx(self.model, out / "model.onnx", self._sample_rows(),
+                           list(self.data.train.features), list(cfg.data.ragged))
+        outputs.plot_curves(reports, out / "curves.png", f"{cfg.study} trial {cfg.trial_number}")
+        runtime = {"threads": self.plan.as_dict(), "device": str(self.device),
+                   "precision": self.precision, "ranks": self.ranks.size,
+                   "learning_rate": self.lr, "cache": self.data.train.cache.stats(),
+                   "posted_epochs": reporter.posted, "unposted_epochs": reporter.failed,
+                   "onnx": onnx}
+        outputs.write_json(out / "provenance.json",
+                           outputs.provenance(cfg, final, runtime, versions=versions()))
+        outputs.write_json(out / "result.json", {
+            "state": "pruned" if pruned else "completed", "objective_metrics": final,
+            "epochs": epochs_done, "reason": self.stop_reason})
+        log.info("trial finished (%s) after %d epochs: %s", "pruned" if pruned else "completed",
+                 epochs_done, out)
+
+    def _sample_rows(self, n: int = 8) -> tuple[np.ndarray, ...]:
+        """A few rows (a batch of the validation data, else of the training data) for the ONNX
+        export and its check."""
+        loader = self.data.val or self.data.train
+        gen = loader.epoch_batches(0)
+        try:
+            b = next(gen)
+        finally:
+            gen.close()
+        return tuple(np.ascontiguousarray(b[f][:n]) for f in loader.features)
+
+
+def versions() -> dict[str, Any]:
+    import h5py
+
+    return {"framework": "torch", "torch": torch.__version__, "python": sys.version.split()[0],
+            "numpy": np.__version__, "h5py": h5py.__version__, "cuda": torch.version.cuda,
+            "host": socket.gethostname(), "platform": platform.platform()}
+
+
+def save_model_pt(model: torch.nn.Module, out: Path, cfg: TrialConfig, input_shape: Any) -> Path:
+    """``model.pt``: the state dict and what rebuilds the model (``torch_model.rebuild``, or by
+    hand: build_model(hparams, input_shape) from model_source.py, then load_state_dict)."""
+    path, tmp = out / "model.pt", out / "model.pt.tmp"
+    torch.save({"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                "hparams": dict(cfg.hparams), "input_shape": input_shape,
+                "model_file": Path(cfg.model_file).name, "model_source": "model_source.py",
+                "framework": "torch", "torch_version": torch.__version__,
+                "loss": cfg.training.loss, "features": list(cfg.data.features),
+                "labels": cfg.data.labels}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def export_onnx(model: torch.nn.Module, path: Path, sample: tuple[np.ndarray, ...],
+                features: list[str], ragged: list[str]) -> dict[str, Any]:
+    """``model.onnx`` (batch axis dynamic, and the length axis of ragged features), checked with
+    onnxruntime against the model on ``sample``. A model that cannot be exported leaves no
+    model.onnx and the reason in provenance; the trial still succeeds."""
+    model = model.to("cpu").eval()
+    xs = tuple(torch.from_numpy(a) for a in sample)
+    axes = {f: ({0: "batch", 1: "length"} if f in ragged else {0: "batch"}) for f in features}
+    axes["output"] = {0: "batch"}
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with torch.no_grad():
+            expected = model(*xs).float().numpy()
+        try:  # the TorchScript exporter: no onnxscript needed, dynamic axes by name
+            torch.onnx.export(model, xs, str(tmp), input_names=features, output_names=["output"],
+                              dynamic_axes=axes, opset_version=17, dynamo=False)
+        except TypeError:  # a PyTorch without the dynamo switch
+            torch.onnx.export(model, xs, str(tmp), input_names=features, output_names=["output"],
+                              dynamic_axes=axes, opset_version=17)
+        os.replace(tmp, path)
+    except Exception as e:
+        tmp.unlink(missing_ok=True)
+        reason = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        log.warning("model.onnx not written: %s", reason)
+        return {"written": False, "reason": reason}
+    return {"written": True, **outputs.verify_onnx(path, dict(zip(features, sample)), expected)}
+
+
+def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
+    pools = threads.apply_torch(plan)
+    device = choose_device(cfg.gpus, threads.local_rank())
+    ranks = Dist(device.type)
+    procs = reader_processes(cfg.training.options.reader_processes, plan,
+                             "GPU" if device.type == "cuda" else "CPU")
+    if ranks.rank == 0:
+        log.info("trial %s/%s: torch %s, %d ranks, device %s, threads %s (torch %s), HDF5 "
+                 "reader processes per rank %d", cfg.study, cfg.trial_number, torch.__version__,
+                 ranks.size, device, plan.as_dict(), pools, procs)
+    cfg.output_dir.mkdir(parents=True, exist_ok=True)
+    data = open_data(cfg, ranks.rank, ranks.size, procs)
+    try:
+        trainer = Trainer(cfg, plan, data, ranks, device)
+        trainer.fit()
+        if ranks.rank == 0:
+            trainer.finish()
+        return 0
+    except Exception:
+        if data.first_error() is not None:
+            raise data.first_error() from None
+        raise
+    finally:
+        for ld in data.loaders:
+            ld.close()
+        for s in data.sources:
+            s.close()
+        ranks.close()
