@@ -23,6 +23,15 @@ from payloads.runtime import trial as contract
 CONTRACT_VERSION = contract.CONTRACT_VERSION
 OUTPUT_FILES = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
                 "model_source.py")
+# A grid job fails when a declared output is missing, so only files every trial writes are
+# declared: model.onnx is best-effort (an op the exporter lacks, no tf2onnx on the node) and is
+# left out on the grid; locally the controller uploads it by suffix.
+TORCH_OUTPUT_FILES = ("model.pt", *OUTPUT_FILES[1:])
+
+
+def output_files(framework: str) -> tuple[str, ...]:
+    """The files a grid job of ``framework`` declares as its outputs."""
+    return TORCH_OUTPUT_FILES if framework == "torch" else OUTPUT_FILES
 
 
 @dataclass(frozen=True)
@@ -120,17 +129,26 @@ def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train
 
 
 def payload_command(workers: int, controller: str, trial_file: str,
-                    python: str = "python", horovodrun: str = "horovodrun") -> list[str]:
-    """The payload's command line: Horovod's launcher around ``python -m payloads.train_keras``."""
+                    python: str = "python", horovodrun: str = "horovodrun", *,
+                    framework: str = "keras", torchrun: str = "torchrun") -> list[str]:
+    """The payload's command line: Horovod's launcher around ``python -m payloads.train_keras``,
+    or for ``framework: torch`` torchrun (one node, ``workers`` processes, a c10d rendezvous on a
+    free local port) around ``-m payloads.train_torch``; torchrun starts its own interpreter."""
+    if framework == "torch":
+        return [torchrun, "--nnodes", "1", "--nproc-per-node", str(workers), "--rdzv-backend",
+                "c10d", "--rdzv-endpoint", "localhost:0", "-m", "payloads.train_torch",
+                trial_file]
     return [horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", f"--{controller}",
             python, "-m", "payloads.train_keras", trial_file]
 
 
 def local_payload_command(req: TaskRequest) -> list[str]:
-    """The command for this machine: the running interpreter and its environment's horovodrun."""
+    """The command for this machine: the running interpreter and its environment's launcher."""
     bindir = Path(sys.executable).parent
     return payload_command(req.workers, req.launcher, str(req.trial_file),
-                           python=sys.executable, horovodrun=str(bindir / "horovodrun"))
+                           python=sys.executable, horovodrun=str(bindir / "horovodrun"),
+                           framework=req.trial.training.framework,
+                           torchrun=str(bindir / "torchrun"))
 
 
 def git_describe(path: Path) -> str | None:

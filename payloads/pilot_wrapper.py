@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 OUTPUTS = ("model.keras", "model.h5", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
-           "model_source.py")
+           "model_source.py", "model.onnx", "model.pt")
 # Horovod's 30 s defaults for rank start-up and Gloo rendezvous are too short when TensorFlow
 # imports on a busy worker node (the local executor uses the same); the job's own settings win.
 HOROVOD_DEFAULTS = {"HOROVOD_START_TIMEOUT": "300", "HOROVOD_GLOO_TIMEOUT_SECONDS": "300"}

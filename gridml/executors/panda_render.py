@@ -108,7 +108,8 @@ def job_command(doc: dict[str, Any], model_source: bytes, model_name: str, *, wo
     """The exec string: the pilot wrapper, the payload's horovodrun line after ``--``.
 
     ``%IN`` / ``%IN2`` are prun placeholders: runGen puts the staged file names there."""
-    payload = payload_command(workers, controller, "trial.json")
+    payload = payload_command(workers, controller, "trial.json",
+                              framework=doc.get("training", {}).get("framework", "keras"))
     args = [WRAPPER, "--train", "%IN", "--validation", "%IN2",
             "--trial", pack(json.dumps(doc, sort_keys=True).encode()),
             "--model", pack(model_source), "--model-name", shlex.quote(model_name)]

@@ -56,7 +56,7 @@ def load_spec(path: str | Path, *, did_exists: Callable[[str], bool] | None = No
     data, lines = read_yaml(path)
     spec = validate_model(Spec, data, path, lines)
     model_path = checks.resolve_model_path(spec, path)
-    problems = (checks.check_model_file(model_path) + checks.check_objective(spec)
+    problems = (checks.check_model_file(model_path, spec.payload.framework) + checks.check_objective(spec)
                 + checks.check_early_stopping(spec) + checks.check_search(spec))
     if did_exists is not None:
         problems += checks.check_dids(spec, did_exists)

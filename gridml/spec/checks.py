@@ -25,9 +25,24 @@ def resolve_model_path(spec: Spec, spec_path: Path) -> Path:
     return beside if beside.exists() or not Path(raw).exists() else Path(raw).resolve()
 
 
-def check_model_file(path: Path) -> list[Problem]:
-    """The file exists, parses, and defines build_model(hparams, input_shape) at top level."""
+# hooks a torch model file may define (payloads/runtime/torch_model.py): name -> arguments
+TORCH_HOOKS = {"loss": ("outputs", "labels"), "training_step": ("model", "batch", "loss_fn")}
+
+
+def _takes(node: ast.FunctionDef | ast.AsyncFunctionDef, n: int) -> bool:
+    """Can be called with ``n`` positional arguments."""
+    a = node.args
+    positional = len(a.posonlyargs) + len(a.args)
+    required = positional - len(a.defaults)
+    kw_required = sum(d is None for d in a.kw_defaults)
+    return required <= n and (positional >= n or a.vararg is not None) and not kw_required
+
+
+def check_model_file(path: Path, framework: str = "keras") -> list[Problem]:
+    """The file exists, parses, and defines build_model(hparams, input_shape) at top level;
+    for torch, the optional hooks ``loss`` and ``training_step`` take the right arguments."""
     loc: Loc = ("payload", "model")
+    returns = "torch.nn.Module" if framework == "torch" else "keras.Model"
     if not path.is_file():
         return [(loc, f"model file {path} does not exist; give a path relative to the spec's folder")]
     try:
@@ -36,13 +51,23 @@ def check_model_file(path: Path) -> list[Problem]:
         return [(loc, f"{path}:{exc.lineno}: syntax error: {exc.msg}")]
     except (ValueError, OSError) as exc:  # NUL bytes, unreadable
         return [(loc, f"{path}: not a Python source file ({exc}); give the model's .py file")]
+    problems: list[Problem] = []
+    found = False
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "build_model":
-            n_args = len(node.args.args) + len(node.args.posonlyargs)
-            if n_args < 2 and node.args.vararg is None:
-                return [(loc, f"{path}:{node.lineno}: build_model must take (hparams, input_shape)")]
-            return []
-    return [(loc, f"{path} defines no top-level build_model(hparams, input_shape) -> keras.Model; add one")]
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if node.name == "build_model":
+            found = True
+            if not _takes(node, 2):
+                problems.append((loc, f"{path}:{node.lineno}: build_model must take (hparams, input_shape)"))
+        elif framework == "torch" and node.name in TORCH_HOOKS:
+            args = TORCH_HOOKS[node.name]
+            if not _takes(node, len(args)):
+                problems.append((loc, f"{path}:{node.lineno}: the {node.name} hook must take "
+                                 f"({', '.join(args)}); fix its arguments or rename it"))
+    if not found:
+        problems.append((loc, f"{path} defines no top-level build_model(hparams, input_shape) -> {returns}; add one"))
+    return problems
 
 
 def check_objective(spec: Spec) -> list[Problem]:

@@ -33,9 +33,11 @@ def parse_walltime(value: str | int | float) -> int:
 
 
 class Payload(_Strict):
-    model: str = Field(description="user file defining build_model(hparams, input_shape) -> keras.Model;"
-                       " relative to the spec file's folder")
-    framework: Literal["keras"] = Field("keras", description="the payload's framework")
+    model: str = Field(description="user file defining build_model(hparams, input_shape) -> keras.Model"
+                       " (torch: torch.nn.Module); relative to the spec file's folder")
+    framework: Literal["keras", "torch"] = Field(
+        "keras", description="keras: Horovod + Keras (payloads/train_keras.py); torch: "
+        "torchrun + DistributedDataParallel (payloads/train_torch.py)")
 
 
 class Data(_Strict):
@@ -178,6 +180,13 @@ class Spec(_Strict):
     backend: Backend = Field(default_factory=Backend)
     panda: Panda = Field(default_factory=Panda)
     output: Output = Field(default_factory=Output)
+
+    @model_validator(mode="after")
+    def _torch_has_no_horovod(self) -> Spec:
+        if self.payload.framework == "torch" and self.training.horovod != "gloo":
+            raise ValueError(f"training.horovod: {self.training.horovod} is a Horovod launcher and "
+                             "torch trials run under torchrun; remove training.horovod")
+        return self
 
     @model_validator(mode="after")
     def _workers_fit(self) -> Spec:

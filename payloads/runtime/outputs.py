@@ -38,7 +38,20 @@ def save_model(model: Any, out: Path, loss: Any, metrics: list[Any]) -> Path:
     tmp = out / "model.tmp.keras"
     model.save(tmp)
     os.replace(tmp, path)
+    _ONNX["keras"] = save_onnx_keras(model, out, _random_rows(model))
     return path
+
+
+_ONNX: dict[str, Any] = {}  # how the last model.onnx export went (provenance runtime.onnx)
+
+
+def _random_rows(model: Any, n: int = 8) -> list[Any]:
+    """Rows for the ONNX check, shaped like the model's inputs (an open axis gets length 5)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return [rng.normal(size=(n, *[5 if d is None else d for d in t.shape[1:]]))
+            .astype(t.dtype.as_numpy_dtype) for t in model.inputs]
 
 
 def verify_onnx(path: Path, inputs: dict[str, Any], expected: Any, *, rtol: float = 1e-3,
@@ -162,5 +175,6 @@ def provenance(cfg: Any, final_metrics: dict[str, float], runtime: dict[str, Any
             "framework": cfg.training.framework, "training": doc["training"], "data": doc["data"],
             "inputs": cfg.provenance.get("inputs") or list(cfg.inputs),
             "model_file": str(cfg.model_file), "model": model, "final_metrics": final_metrics,
-            "runtime": {**(versions if versions is not None else runtime_versions()), **runtime},
+            "runtime": {**(versions if versions is not None else runtime_versions()),
+                        **({"onnx": _ONNX["keras"]} if "keras" in _ONNX else {}), **runtime},
             "finished": time.time()}
