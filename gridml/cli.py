@@ -209,6 +209,9 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
             out.print(f"[red]trial {t['number']} failed[/]: {t['error'].splitlines()[0]}")
     if s["convergence_plot"]:
         out.print(f"convergence plot: {s['convergence_plot']}")
+    if s.get("importance"):
+        top = list(s["importance"].items())[:5]
+        out.print("parameter importance (fANOVA): " + ", ".join(f"{k} {v:.0%}" for k, v in top))
 
 
 def _hparams(hp: dict[str, Any]) -> str:

@@ -45,6 +45,13 @@ def epoch_rows(epochs: list[EpochReport]) -> list[dict[str, Any]]:
     return [e.to_json() for e in epochs]
 
 
+def _importance(search: dict[str, Any], trials: list[Trial]) -> dict[str, float]:
+    """{parameter: share} of the objective's variance (fANOVA, gridml.search.importance)."""
+    from gridml.search.importance import importance  # lazy: imports Optuna, ~1 s
+
+    return importance(search, trials)
+
+
 def study_document(store: StoreReader, study: Study, runs_dir: Path) -> dict[str, Any]:
     trials = store.list_trials(study.id)
     summaries = [trial_summary(t, store.list_epochs(t.id)) for t in trials]
@@ -60,6 +67,7 @@ def study_document(store: StoreReader, study: Study, runs_dir: Path) -> dict[str
             "best": next((s for s in summaries if best and s["id"] == best.id), None),
             "output_dataset": study.spec["output"]["dataset"],
             "convergence_plot": str(plot) if plot.exists() else None,
+            "importance": _importance(search, trials),
         },
         "trials": summaries,
     }

@@ -67,3 +67,20 @@ def test_warm_start_refuses_unknown_studies_and_other_objectives(store):
     finished(store, "acc", [], [], objective="val_accuracy", direction="maximize")
     with pytest.raises(SearchError, match="optimises val_accuracy"):
         propose(section(warm_start=["acc"]), [], 1, store=store)
+
+
+def test_importance_names_the_parameter_that_matters(store):
+    import numpy as np
+
+    from gridml.search.importance import importance
+
+    rng = np.random.default_rng(0)
+    points = [{"lr": float(10 ** rng.uniform(-4, -1)), "units": int(rng.integers(8, 65))}
+              for _ in range(30)]
+    values = [(np.log10(p["lr"]) + 2.5) ** 2 + 0.001 * p["units"] for p in points]
+    study = finished(store, "imp", points, values)
+    shares = importance(section(), store.list_trials(study.id))
+    assert list(shares) == ["lr", "units"] and shares["lr"] > 0.8
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert importance(section(), store.list_trials(study.id)) == shares  # seeded
+    assert importance(section(), store.list_trials(study.id)[:3]) == {}
