@@ -1,11 +1,15 @@
 """One batch of Bayesian proposals: the kernel fitted once, constant liar, bounded search.
 
-Each point of a batch maximises its acquisition over a bounded candidate set: ``candidates``
-uniform draws, draws around the best observations, four shrinking rounds of perturbations around
-the best candidates, and L-BFGS-B over the real-valued features from the two best (central
-differences, one vectorised posterior call per step). The chosen point is then added to the
-posterior with the liar's value (the best observation, ``liar: min``) so the next point of the
-batch goes elsewhere; pending trials are added the same way before the first point.
+Each point of a batch maximises its acquisition over a bounded candidate set: a pool drawn once
+per batch (``candidates`` uniform draws and draws around the best observations) whose posterior
+mean and variance follow every added point by rank-k updates (``Posterior.track``), four shrinking
+rounds of perturbations around the 8 best pool members, and L-BFGS-B over the real-valued features
+from the two best (central differences, one vectorised posterior call per step). Above ``LOCAL``
+rows the rounds and the polish run on the posterior of the ``LOCAL`` observations nearest to each
+start (a 200-row Cholesky instead of the whole one), and their results are scored exactly. The
+chosen point is then added to the posterior with the liar's value (the best observation,
+``liar: min``) so the next point of the batch goes elsewhere; pending trials are added the same
+way before the first point.
 
 The acquisition is the lower confidence bound ``mu - kappa * sd`` with ``kappa`` stepping through
 ``kappas`` (default 0, 1, 2, 3) by the study position of the point: every batch holds an

@@ -1,17 +1,23 @@
-"""Bayesian optimisation with a Gaussian process, fast for batches.
+"""``algorithm: bayes``, gridml's fast default: scikit-optimize's GP model, one kernel fit per batch.
 
-scikit-optimize's ``Optimizer.ask(n_points)`` refits the GP's kernel hyperparameters and reruns
-the whole acquisition search once per point of a batch. Here one batch costs one fit:
+The model is the one skopt's ``Optimizer(base_estimator="GP")`` builds (``cook_estimator("GP")``:
+a constant times a Matern 5/2 kernel with one length scale per feature, learned Gaussian noise,
+normalised targets, skopt's bounds; reals and ints scaled to [0, 1], categoricals one-hot), on
+scikit-learn's kernels (``gp.py``; nothing is imported from skopt). What differs from
+``Optimizer.ask(n_points)``, which refits the kernel and reruns the acquisition search once per
+point of a batch (``algorithm: skopt`` does exactly that), is the use:
 
 1. the first ``n_initial_points`` positions of a study (default: the GP's input width, one per
    real or int parameter and one per categorical choice, + 2, within [5, 10]) are a scrambled
    Sobol design (seeded);
-2. then the kernel (skopt's Matern 5/2 GP model, see ``gp.py``) is fitted once on the finite
-   observations, BLAS kept to one thread (small matrices on a shared machine);
+2. then the kernel hyperparameters are fitted **once per batch** on the finite observations (on a
+   random subset of ``fit_max`` above that many), BLAS kept to one thread;
 3. each point of the batch optimises its acquisition (lower confidence bound with a ``kappa``
-   that steps through ``kappas`` by study position, or EI) over a bounded candidate set
-   (``acquisition.py``), and is then added to the posterior with a constant-liar value (pending
-   trials are added the same way first), re-conditioning the *fixed* kernel.
+   that steps through ``kappas`` by study position, or EI) over a bounded candidate search
+   (``acquisition.py``: one candidate pool per batch whose posterior is updated by rank-k
+   updates, local refinement, L-BFGS-B polish), and is then added to the posterior with a
+   constant-liar value (pending trials are added the same way first), extending the Cholesky
+   factor of the *fixed* kernel.
 
 Points equal to a told, pending or already chosen one are never returned.
 """
