@@ -24,7 +24,15 @@ from gridml.data.base import DataManager, FileInfo
 from gridml.errors import ConflictError, GridmlError, NotFoundError, SpecError
 from gridml.executors.base import Executor, TaskRequest, TaskStatus
 from gridml.spec import LoadedSpec, Spec, parse_walltime
-from gridml.store import ACTIVE_STATES, EpochReport, Study, Trial, objective_of
+from gridml.store import (
+    ACTIVE_STATES,
+    CampaignStore,
+    EpochReport,
+    MetricsStore,
+    Study,
+    Trial,
+    objective_of,
+)
 
 log = logging.getLogger("gridml.controller")
 # what a trial leaves in its outputs folder that goes into the study's output dataset
@@ -45,7 +53,7 @@ def loaded_from_study(study: Study) -> LoadedSpec:
     return LoadedSpec(spec=spec, path=Path(f"<study {study.name}>"), model_path=model)
 
 
-def data_manager_for(spec: Spec) -> Any:
+def data_manager_for(spec: Spec) -> DataManager:
     """The campaign's data backend, writing outputs where the spec's output section says."""
     life = spec.output.lifetime
     return open_data_manager(spec.backend.data, rse=spec.output.rse,
@@ -67,7 +75,7 @@ def ensure_study(store: MetricsStore, loaded: LoadedSpec) -> Study:
 @dataclass
 class Campaign:
     loaded: LoadedSpec
-    store: MetricsStore
+    store: CampaignStore
     executor: Executor
     data: DataManager
     runs_dir: Path

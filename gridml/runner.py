@@ -15,6 +15,9 @@ from rich.table import Table
 
 from gridml import plots
 from gridml.controller import Campaign
+from gridml.data.base import DataManager
+from gridml.executors import Executor
+from gridml.executors.dryrun import DryRunExecutor
 from gridml.errors import GridmlError
 from gridml.settings import settings
 from gridml.spec import LoadedSpec
@@ -42,38 +45,37 @@ def _short(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def _executor(loaded: LoadedSpec, data: Any, runs_dir: Path, dry_run: bool) -> Any:
+def _executor(loaded: LoadedSpec, data: DataManager, runs_dir: Path, dry_run: bool) -> Executor:
     from gridml import executors
 
     name = loaded.spec.backend.executor
     return executors.create(name, data=data, journal=runs_dir / ".journal" / name, dry_run=dry_run)
 
 
-def dry_run(loaded: LoadedSpec, data: Any) -> list[dict[str, Any]]:
+def dry_run(loaded: LoadedSpec, data: DataManager) -> list[dict[str, Any]]:
     """The task parameters of the first batch, computed against a throwaway store."""
-    from gridml.store import open_store
+    from gridml.store.sql import open_sql_store
 
     with tempfile.TemporaryDirectory(prefix="gridml-dryrun-") as tmp:
-        store = open_store(f"sqlite:///{tmp}/dry.db")
+        store = open_sql_store(f"sqlite:///{tmp}/dry.db")
         executor = _executor(loaded, data, Path(tmp) / "runs", dry_run=True)
+        assert isinstance(executor, DryRunExecutor)
         campaign = Campaign(loaded, store, executor, data, Path(tmp) / "runs", api_url="http://SERVER")
         campaign.step()
-        dispose = getattr(store, "close", None)
-        if dispose:
-            dispose()
-        return executor.rendered  # type: ignore[no-any-return]
+        store.close()
+        return executor.rendered
 
 
-def run_local(loaded: LoadedSpec, data: Any, *, quiet: bool = False,
+def run_local(loaded: LoadedSpec, data: DataManager, *, quiet: bool = False,
               fixed: list[dict[str, Any]] | None = None) -> tuple[Study, MetricsStore]:
     """Run the campaign in the foreground with the embedded API; returns when it is over.
 
     ``fixed``: hyperparameter points to run (in order) instead of asking the searcher, for a
     study that has no trials yet (the scaling study)."""
-    from gridml.store import open_store
+    from gridml.store.sql import open_sql_store
 
     cfg = settings()
-    store = open_store(cfg.db_url)
+    store = open_sql_store(cfg.db_url)  # a campaign writes: the SQL store
     _log_to(cfg.runs_dir / loaded.spec.name / "controller.log")
     with ExitStack() as stack:
         server = _embedded_server(cfg.db_url, cfg.runs_dir / loaded.spec.name)
@@ -108,11 +110,12 @@ def _embedded_server(db_url: str, study_dir: Path) -> Any:
         server = EmbeddedServer(db_url)
         server.start()
     study_dir.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps({"url": server.url, "port": int(server.url.rsplit(":", 1)[1])}))
+    url = str(server.url)
+    record.write_text(json.dumps({"url": url, "port": int(url.rsplit(":", 1)[1])}))
     return server
 
 
-def finish_study(store: MetricsStore, study: Study, data: Any, loaded: LoadedSpec) -> None:
+def finish_study(store: MetricsStore, study: Study, data: DataManager, loaded: LoadedSpec) -> None:
     """Convergence plot, stored with the study's outputs."""
     trials = store.list_trials(study.id)
     path = settings().runs_dir / study.name / "convergence.png"

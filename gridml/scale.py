@@ -14,6 +14,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from gridml.data.base import DataManager
 from gridml.errors import GridmlError, UsageError
 from gridml.spec import LoadedSpec
 
@@ -111,7 +112,7 @@ def parse_workers(text: str) -> list[int]:
     return values
 
 
-def run_scaling(loaded: LoadedSpec, data: Any, workers: list[int], *, batch: str = "global",
+def run_scaling(loaded: LoadedSpec, data: DataManager, workers: list[int], *, batch: str = "global",
                 hparams: dict[str, Any] | None = None, quiet: bool = True) -> dict[str, Any]:
     from gridml import runner
     from gridml.settings import settings

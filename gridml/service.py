@@ -15,7 +15,7 @@ from typing import Any
 
 from gridml.controller import Campaign, data_manager_for, loaded_from_study
 from gridml.errors import GridmlError
-from gridml.store import MetricsStore, Study
+from gridml.store import CampaignStore, Study
 
 log = logging.getLogger("gridml.service")
 
@@ -32,7 +32,7 @@ def materialise_model(study: Study, runs_dir: Path) -> None:
 
 
 class CampaignService:
-    def __init__(self, store: MetricsStore, runs_dir: Path, api_url: str, poll_s: float = 10.0,
+    def __init__(self, store: CampaignStore, runs_dir: Path, api_url: str, poll_s: float = 10.0,
                  executor_options: dict[str, Any] | None = None) -> None:
         self.store, self.runs_dir, self.api_url, self.poll_s = store, runs_dir, api_url, poll_s
         self.executor_options = executor_options or {}

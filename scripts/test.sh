@@ -19,4 +19,9 @@ if [ -z "${GRIDML_TEST_PG_URL:-}" ] && [ "${GRIDML_TEST_PG:-1}" != 0 ]; then
   export GRIDML_TEST_PG_URL
   trap 'bash scripts/postgres.sh stop "$pgdir" >/dev/null 2>&1; rm -rf "$pgdir"' EXIT
 fi
+# The house stays straight: lint, types, and the layer contracts (pyproject.toml), before any test.
+echo "[test] ruff, mypy, import-linter" >&2
+ruff check gridml payloads tests benchmarks scripts examples
+mypy
+lint-imports --no-cache
 python -m pytest -p no:cacheprovider --timeout=1200 --durations=25 "${@:-tests}"

@@ -26,7 +26,9 @@ class RucioStore(Protocol):
     """What an upload needs of :class:`gridml.data.rucio.RucioStore` (its public side)."""
 
     client: Any
-    where: str
+
+    @property
+    def where(self) -> str: ...
 
     def call(self, fn: Callable[[], T], action: str, did: DID | str | None = None) -> T: ...
     def set_meta(self, d: DID, metadata: dict[str, Any]) -> None: ...

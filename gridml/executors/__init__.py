@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gridml.data.base import DataManager
 from gridml.errors import UsageError
 from gridml.executors.base import Executor, TaskRequest, TaskStatus
 
@@ -13,7 +14,7 @@ __all__ = ["EXECUTORS", "Executor", "TaskRequest", "TaskStatus", "create"]
 EXECUTORS = ("local", "panda", "dryrun")
 
 
-def create(name: str, *, data: Any = None, journal: Path | None = None, dry_run: bool = False,
+def create(name: str, *, data: DataManager | None = None, journal: Path | None = None, dry_run: bool = False,
            **options: Any) -> Executor:
     """The executor ``name`` for a campaign whose data manager is ``data``; ``journal``: a folder
     where it keeps what it needs to find its tasks again after a restart. ``dry_run``: render

@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gridml.data.base import DataManager
 from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFoundError
 from gridml.executors import panda_client as pc
 from gridml.executors import panda_journal as journal
@@ -63,7 +64,7 @@ class PandaExecutor:
     name = "panda"
     remote = True
 
-    def __init__(self, data: Any, journal: Path | None = None) -> None:
+    def __init__(self, data: DataManager | None, journal: Path | None = None) -> None:
         self._data = data  # the campaign's data manager: outputs and logs are read through it
         self._journal = journal  # folder: one <task id>.json per task (params, output folder)
         self._tasks: dict[str, tuple[dict[str, Any], Path]] = {}  # handle -> (params, output_dir)
@@ -204,7 +205,7 @@ class PandaExecutor:
         except GridmlError as exc:
             return f"(no job log: {exc})"
 
-    def _data_for(self, params: dict[str, Any]) -> Any:
+    def _data_for(self, params: dict[str, Any]) -> DataManager:
         if self._data is None:
             raise ExecutorError("the PanDA executor was created without the campaign's data "
                                 "manager: it cannot read the task's outputs",

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gridml.data.base import FileInfo
+from gridml.data.base import DataManager, FileInfo
 from gridml.errors import DataError, ExecutorError, NotFoundError
 from gridml.executors.panda_render import exec_string, output_items, panda_did, unpack_option
 
@@ -32,7 +32,7 @@ def trial_doc_of(params: dict[str, Any]) -> dict[str, Any]:
                             f"(no trial file in its exec string: {exc})") from None
 
 
-def task_files(data: Any, container: str, lfn_template: str, task_id: int) -> list[FileInfo]:
+def task_files(data: DataManager, container: str, lfn_template: str, task_id: int) -> list[FileInfo]:
     """This task's files in an output container, newest serial number last."""
     prefix = lfn_template.split("$JEDITASKID", 1)[0] + f"{task_id}."
     suffix = lfn_template.rsplit("}", 1)[-1]
@@ -44,7 +44,7 @@ def task_files(data: Any, container: str, lfn_template: str, task_id: int) -> li
                   key=lambda f: f.did.name)
 
 
-def collect_outputs(data: Any, params: dict[str, Any], task_id: int,
+def collect_outputs(data: DataManager, params: dict[str, Any], task_id: int,
                     output_dir: Path) -> list[dict[str, Any]]:
     """[{did, name, bytes, adler32}] of the task's stored outputs; the controller's files fetched."""
     stored = []
@@ -61,7 +61,7 @@ def collect_outputs(data: Any, params: dict[str, Any], task_id: int,
     return stored
 
 
-def _fetch_as(data: Any, did: str, dest: Path) -> None:
+def _fetch_as(data: DataManager, did: str, dest: Path) -> None:
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".fetch-") as tmp:
         paths = data.download(did, Path(tmp))
         if len(paths) != 1:
@@ -69,7 +69,7 @@ def _fetch_as(data: Any, did: str, dest: Path) -> None:
         Path(paths[0]).replace(dest)
 
 
-def log_tail(data: Any, params: dict[str, Any], task_id: int, lines: int = 30) -> str:
+def log_tail(data: DataManager, params: dict[str, Any], task_id: int, lines: int = 30) -> str:
     """The last lines of the job's payload log (from the log tarball), or '' when there is none."""
     log = params.get("log")
     if not log:

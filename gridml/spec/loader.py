@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -131,7 +132,7 @@ def _unknown_key(model: Any, loc: Loc, reference: str) -> str:
     return f"unknown {what}; remove it or check its spelling (see {reference})"
 
 
-def _message(err: dict[str, Any], reference: str, model: Any = None) -> tuple[Loc, str]:
+def _message(err: Mapping[str, Any], reference: str, model: Any = None) -> tuple[Loc, str]:
     loc: Loc = tuple(p for p in err["loc"]
                      if not (isinstance(p, str) and (p.startswith("function-") or "[" in p)))
     msg: str = err["msg"]

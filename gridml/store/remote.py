@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NoReturn
 
-from gridml.client import ApiClient
+from gridml.store.client import ApiClient
 from gridml.errors import NotFoundError, StoreError
 from gridml.store.records import EpochReport, Study, Trial
 

@@ -118,8 +118,9 @@ def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
     try:
         return fit_and_finish(cfg, plan, data, hvd, device, policy)
     except Exception:
-        if data.first_error() is not None:
-            raise data.first_error() from None
+        first = data.first_error()
+        if first is not None:  # a reader thread's error is the cause: report it, not the symptom
+            raise first from None
         raise
     finally:
         for ld in data.loaders:

@@ -187,7 +187,8 @@ class ShardedLoader:
 
     def _cut(self, carry: Arrays | None, rows: Arrays) -> tuple[Arrays | None, list[Arrays]]:
         """Full batches from ``carry`` + ``rows`` as slabs (k, batch, ...), and the rest."""
-        out, start, b = [], 0, self.batch
+        out: list[Arrays] = []
+        start, b = 0, self.batch
         total = len(rows[self.labels])
         if carry is not None and len(carry[self.labels]):
             need = b - len(carry[self.labels])

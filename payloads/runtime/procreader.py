@@ -63,7 +63,7 @@ def _read(f: Any, names: list[str], shm: Any, offset: int, start: int, stop: int
     for n in names:
         d = f[n]
         shape = (stop - start, *d.shape[1:])
-        arr = np.ndarray(shape, d.dtype, buffer=shm.buf, offset=offset)
+        arr: np.ndarray = np.ndarray(shape, d.dtype, buffer=shm.buf, offset=offset)
         if arr.size:
             d.read_direct(arr, np.s_[start:stop])
         layout[n] = (offset, shape, d.dtype.str)
