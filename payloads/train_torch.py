@@ -24,12 +24,31 @@ from payloads.runtime.trial import load_trial
 log = logging.getLogger("gridml.payload")
 
 
+def die_with_launcher() -> None:
+    """torchrun starts each rank in a session of its own, so a SIGKILL of torchrun (or of the
+    trial's process group) would leave the ranks running as orphans: ask Linux to kill this
+    rank when its parent, the launcher, dies (PR_SET_PDEATHSIG), and leave at once if it is
+    already gone."""
+    if not sys.platform.startswith("linux") or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the launcher died before prctl took effect
+        os._exit(137)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: torchrun --nproc-per-node N -m payloads.train_torch TRIAL.json",
               file=sys.stderr)
         return 2
+    die_with_launcher()
     rank = int(os.environ.get("RANK", 0))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s [payload r{rank}] %(message)s", datefmt="%H:%M:%S")
