@@ -14,6 +14,11 @@ The functions ``run_trial``, ``summarize`` and ``plot`` are what ``gridml scale`
 run the same trial at several rank counts, tabulate, plot.
 
     python benchmarks/horovod_scaling.py [--workers 1,2] [--epochs 3] [--batch 512]
+        [--framework keras|torch|both]
+
+``--framework torch`` runs the PyTorch payload under ``torchrun`` (DistributedDataParallel,
+gloo) on the same data with the same MLP written in PyTorch (TORCH_MLP below); ``both`` prints
+the two tables from one run, interleaved per rank count.
 """
 
 from __future__ import annotations
@@ -41,9 +46,25 @@ def payload_env() -> dict[str, str]:
     return env
 
 
+TORCH_MLP = """
+import torch
+from torch import nn
+
+def build_model(hparams, input_shape):
+    units, layers = int(hparams["units"]), int(hparams.get("n_layers", 3))
+    act = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}[hparams.get("activation", "relu")]
+    mods, width = [], int(input_shape[0])
+    for _ in range(layers):
+        mods += [nn.Linear(width, units), act()]
+        width = units
+    return nn.Sequential(*mods, nn.Linear(width, 1))
+"""
+
+
 def run_trial(trial: dict[str, Any], ranks: int, workdir: Path,
               timeout: int = 1800) -> list[dict[str, Any]]:
-    """Run ``trial`` (a trial.json dict) with ``ranks`` Horovod ranks; returns its epoch reports."""
+    """Run ``trial`` (a trial.json dict) with ``ranks`` ranks (Horovod, or torchrun when its
+    training.framework is torch); returns its epoch reports."""
     workdir.mkdir(parents=True, exist_ok=True)
     t = {**trial, "output_dir": str(workdir / "outputs"),
          "resources": {**trial.get("resources", {}), "cores": ranks}}
@@ -51,6 +72,10 @@ def run_trial(trial: dict[str, Any], ranks: int, workdir: Path,
     path.write_text(json.dumps(t))
     cmd = ["horovodrun", "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo",
            sys.executable, "-m", "payloads.train_keras", str(path)]
+    if trial.get("training", {}).get("framework") == "torch":
+        cmd = [str(Path(sys.executable).parent / "torchrun"), "--nnodes", "1", "--nproc-per-node",
+               str(ranks), "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "-m",
+               "payloads.train_torch", str(path)]
     proc = subprocess.run(cmd, cwd=workdir, env=payload_env(), capture_output=True, text=True,
                           timeout=timeout)
     if proc.returncode != 0:
@@ -121,6 +146,7 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--plot", type=Path, default=None, help="also write the plot here")
     p.add_argument("--gradient-compression", choices=["none", "fp16"], default="none")
+    p.add_argument("--framework", choices=["keras", "torch", "both"], default="keras")
     a = p.parse_args()
     from make_sample_data import make_sample_data
 
@@ -137,23 +163,32 @@ def main() -> int:
                  "data": {"features": "x", "labels": "y", "train": [str(x) for x in train],
                           "validation": []},
                  "api": None, "resources": {"gpus": 0}}
-        reports = {n: run_trial(trial, n, tmp / f"np{n}")
-                   for n in (int(w) for w in a.workers.split(","))}
-        rows = summarize(reports)
+        frameworks = ["keras", "torch"] if a.framework == "both" else [a.framework]
+        (tmp / "mlp_torch.py").write_text(TORCH_MLP)
+        reports: dict[str, dict[int, list[dict[str, Any]]]] = {f: {} for f in frameworks}
+        for n in (int(w) for w in a.workers.split(",")):
+            for f in frameworks:  # interleaved: both see the same machine load
+                t = dict(trial, training={**trial["training"], "framework": f})
+                if f == "torch":
+                    t["model_file"] = str(tmp / "mlp_torch.py")
+                reports[f][n] = run_trial(t, n, tmp / f"{f}-np{n}")
+        tables = {f: summarize(r) for f, r in reports.items()}
         if a.plot:
-            plot(rows, a.plot, f"wide MLP {a.units}x{a.layers}, batch {a.batch}/rank")
+            plot(tables[frameworks[0]], a.plot, f"wide MLP {a.units}x{a.layers}, batch {a.batch}/rank")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nwide MLP ({a.units} units x {a.layers} layers), {a.rows:,} rows, batch {a.batch} per "
           f"rank, 1 core per rank, gradient compression {a.gradient_compression}, "
           f"load average after: {os.getloadavg()[0]:.1f}")
-    print("| ranks | samples/s | speedup | efficiency | samples per CPU-s | CPU efficiency "
-          "| CPU use per rank | input wait | epoch time |\n|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['ranks']} | {r['samples_per_s']:,.0f} | {r['speedup']:.2f}x | "
-              f"{100 * r['efficiency']:.0f}% | {r['samples_per_cpu_s'] or 0:,.0f} | "
-              f"{100 * (r['cpu_efficiency'] or 0):.0f}% | {100 * r['cpu_util']:.0f}% | "
-              f"{100 * r['input_wait_frac']:.1f}% | {r['epoch_time']:.2f} s |")
+    print("| framework | ranks | samples/s | speedup | efficiency | samples per CPU-s | CPU efficiency "
+          "| CPU use per rank | input wait | epoch time |\n|---|---|---|---|---|---|---|---|---|---|")
+    for f, rows in tables.items():
+        name = "Keras + Horovod" if f == "keras" else "PyTorch DDP"
+        for r in rows:
+            print(f"| {name} | {r['ranks']} | {r['samples_per_s']:,.0f} | {r['speedup']:.2f}x | "
+                  f"{100 * r['efficiency']:.0f}% | {r['samples_per_cpu_s'] or 0:,.0f} | "
+                  f"{100 * (r['cpu_efficiency'] or 0):.0f}% | {100 * r['cpu_util']:.0f}% | "
+                  f"{100 * r['input_wait_frac']:.1f}% | {r['epoch_time']:.2f} s |")
     return 0
 
 

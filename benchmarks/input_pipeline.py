@@ -13,6 +13,10 @@ read from the page cache (written just before); the file is deleted at the end.
 The gridml loader is also run with 2 HDF5 reader processes (``training.reader_processes``,
 ``auto`` on GPU nodes): gzip decoding in parallel despite h5py's lock.
 Then, on the sample data, the loader's RAM cache: none vs raw vs blosc2-compressed.
+PyTorch rows (when torch is installed): the gridml loader feeding torch tensors as the torch
+payload does (``torch.from_numpy`` of each slab, batches are views), and the way users write it
+(a ``torch.utils.data.Dataset`` indexing h5py per sample under a ``DataLoader`` with 2 worker
+processes, timed for --naive-seconds).
 
     python benchmarks/input_pipeline.py [--size-gb 2.1] [--compression none|gzip|both]
 """
@@ -105,6 +109,57 @@ def gridml(path: Path, via_tf: bool, processes: int = 0) -> tuple[int, float, fl
     return n, dt, loader.wait_s
 
 
+def gridml_torch(path: Path) -> tuple[int, float]:
+    """One shuffled epoch as the torch payload consumes it (payloads.runtime.torch_fit.batches
+    on the CPU: zero-copy tensors)."""
+    import torch
+
+    from payloads.runtime.torch_fit import batches
+
+    src = H5Source([str(path)], ["x", "y"])
+    loader = ShardedLoader(src, ["x"], "y", batch=BATCH, seed=1, window=8, prefetch=8,
+                           cache=BlockCache(0))
+    t0, n = time.perf_counter(), 0
+    for x, y in batches(loader, [0], torch.device("cpu")):
+        n += int(y.shape[0])
+    dt = time.perf_counter() - t0
+    loader.close()
+    src.close()
+    return n, dt
+
+
+class _H5Dataset:  # the usual user code: one h5py read per sample, the file opened per worker
+    def __init__(self, path: Path) -> None:
+        self.path, self.f = str(path), None
+        with h5py.File(self.path, "r") as f:
+            self.n = f["y"].shape[0]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, j: int) -> tuple[np.ndarray, np.float32]:
+        if self.f is None:
+            self.f = h5py.File(self.path, "r")
+        return self.f["x"][j], self.f["y"][j]
+
+
+def naive_torch(path: Path, seconds: float, workers: int = 2) -> tuple[int, float]:
+    import torch
+
+    dl = torch.utils.data.DataLoader(_H5Dataset(path), batch_size=BATCH, shuffle=True,
+                                     num_workers=workers, persistent_workers=False)
+    it = iter(dl)
+    next(it)  # workers started (not timed)
+    t0, n = time.perf_counter(), 0
+    for _, y in it:
+        n += int(y.shape[0])
+        if time.perf_counter() - t0 > seconds:
+            break
+    dt = time.perf_counter() - t0
+    del it
+    return n, dt
+
+
 def naive(path: Path, seconds: float) -> tuple[int, float]:
     import tensorflow as tf
 
@@ -148,8 +203,14 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int) ->
             res["gridml_tf"] = max(res["gridml_tf"], n / dt)
             n, dt, _w = gridml(path, True, processes=2)
             res["gridml_procs"] = max(res["gridml_procs"], n / dt)
+            if _has_torch():
+                n, dt = gridml_torch(path)
+                res["gridml_torch"] = max(res.get("gridml_torch", 0.0), n / dt)
         n, dt = naive(path, naive_s)
         res["naive"] = n / dt
+        if _has_torch():
+            n, dt = naive_torch(path, naive_s)
+            res["naive_torch"] = n / dt
         _print(res)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -184,13 +245,25 @@ def cache_modes(rows: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _print(r: dict[str, float]) -> None:
     print("| reader | samples/s | vs raw | vs naive |\n|---|---|---|---|")
     for k, label in (("raw", "raw sequential whole chunks (h5py)"),
                      ("gridml", "gridml loader, shuffled epoch (numpy batches)"),
                      ("gridml_tf", "gridml loader, shuffled epoch, through tf.data"),
                      ("gridml_procs", "same, HDF5 decoded by 2 reader processes"),
-                     ("naive", "naive per-sample h5py generator in tf.data")):
+                     ("gridml_torch", "gridml loader, shuffled epoch, as torch tensors"),
+                     ("naive", "naive per-sample h5py generator in tf.data"),
+                     ("naive_torch", "torch Dataset per-sample h5py, DataLoader 2 workers")):
+        if k not in r:
+            continue
         print(f"| {label} | {r[k]:,.0f} | {r[k] / r['raw']:.2f}x | {r[k] / r['naive']:,.1f}x |")
 
 
