@@ -16,8 +16,9 @@ choice), and it is left out of the points handed back, as random and evolution d
 Options (``search.options``), passed to ``Optimizer``: ``base_estimator`` (GP, RF, ET, GBRT;
 default GP), ``acq_func`` (default gp_hedge), ``acq_optimizer`` (default sampling: skopt's
 ``auto`` picks L-BFGS restarts for a GP, minutes per batch on two cores), ``n_initial_points``
-(default 10), ``initial_point_generator`` (default random), ``acq_func_kwargs``,
-``acq_optimizer_kwargs``.
+(default 10), ``initial_point_generator`` (default random; a sobol/halton/... design is drawn
+with the study's seed while the study is in it, so each position takes the design's next point),
+``acq_func_kwargs``, ``acq_optimizer_kwargs``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ class SkoptSearcher(BaseSearcher):
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
         points, y = self.observations()
         state = int(self.rng(pending).integers(2**31 - 1))
-        opts = self.options
+        if (opts := self.options)["initial_point_generator"] != "random" and (
+                len(self.told) + len(pending) < int(opts["n_initial_points"])):
+            state = self.seed % 2**31  # one design for the study: each position takes its point
         with one_blas_thread(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "evaluated at this point before": we filter
             opt = Optimizer(self.dimensions, base_estimator=opts["base_estimator"],
