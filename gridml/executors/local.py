@@ -47,7 +47,11 @@ _NOISE = re.compile(r"^\[\d+\]<(stdout|stderr)>:|^\s*$")
 
 
 def last_error_line(log_tail: str) -> str:
-    """The payload's last words (horovodrun's [rank]<stream>: prefixes removed)."""
+    """The payload's last words (horovodrun's [rank]<stream>: prefixes removed); the payload's
+    own ``gridml payload error:`` line first (torchrun prints its failure summary after it)."""
+    for line in reversed(log_tail.splitlines()):
+        if "gridml payload error:" in line:
+            return _NOISE.sub("", line).strip()[:300]
     for line in reversed(log_tail.splitlines()):
         text = _NOISE.sub("", line).strip()
         if text and "tensorflow/core" not in text and not text.startswith("To enable the following"):
@@ -101,7 +105,7 @@ class LocalExecutor:
             if code == 0:
                 return TaskStatus("completed")
             log_tail = tail(run / "payload.log")
-            why = last_error_line(log_tail)
+            why = last_error_line(tail(run / "payload.log", 100))  # torchrun's summary: ~40 lines
             return TaskStatus("failed", f"payload exited with code {code}" + (f": {why}" if why else ""),
                               log_tail)
         pid = self._pid(run)

@@ -157,3 +157,15 @@ def test_spec_framework_and_horovod(tmp_path: Path) -> None:
     assert Spec.model_validate(base).payload.framework == "torch"
     with pytest.raises(ValueError, match="training.horovod: mpi is a Horovod launcher"):
         Spec.model_validate({**base, "training": {"epochs": 1, "horovod": "mpi"}})
+
+
+def test_the_payload_error_line_survives_torchruns_summary() -> None:
+    from gridml.executors.local import last_error_line
+
+    log = ("[payload r0] epoch 1 ...\n"
+           "gridml payload error: input file /d/x.h5: truncated\n"
+           "Traceback (most recent call last):\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+           "  exitcode  : 3 (pid: 12)\n"
+           "============================================================\n")
+    assert last_error_line(log) == "gridml payload error: input file /d/x.h5: truncated"
