@@ -205,8 +205,10 @@ class Campaign:
             self.finalize(trial, status)
         elif status.state in ("submitted", "running") and status.state != trial.state:
             self.store.update_trial(trial.id, state=status.state)  # e.g. queued at PanDA
-        elif status.state == "running" and not self._remote and self._silent(trial):
-            # (grid nodes often have no outbound network: no heartbeats; PanDA enforces walltime)
+        elif status.state == "running" and getattr(self.executor, "watch_heartbeats", not self._remote) \
+                and self._silent(trial):
+            # (grid/HPC nodes often have no outbound network: no heartbeats; PanDA and Slurm
+            # enforce the walltime: their executors set watch_heartbeats = False)
             self.executor.kill(handle)
             timeout = self.spec.backend.heartbeat_timeout
             self.finalize(trial, TaskStatus("failed", f"no heartbeat for {timeout}: the trial hung"))

@@ -99,7 +99,8 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
                            train=tuple(train), validation=tuple(validation)),
         inputs=tuple(inputs), output_dir=Path(output_dir),
         seed=trial_seed(spec.search.seed, trial.number),
-        resources=contract.Resources(cores=spec.resources.cores, gpus=spec.resources.gpus),
+        resources=contract.Resources(cores=spec.resources.cores, gpus=spec.resources.gpus,
+                                     nodes=spec.resources.nodes),
         api=contract.Api(url=api["url"], token=api.get("token")) if api else None,
         # a few heartbeats per timeout, so a healthy trial is never taken for a hung one
         heartbeat_s=max(1, min(30, parse_walltime(spec.backend.heartbeat_timeout) // 3)),
@@ -120,7 +121,7 @@ def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train
         study=study.name, trial_id=trial.id, trial_number=trial.number,
         attempt=max(1, trial.attempts), workdir=workdir, trial=doc, model_file=loaded.model_path,
         workers=spec.training.workers, cores=spec.resources.cores, gpus=spec.resources.gpus,
-        memory_gb=spec.resources.memory_gb, walltime_s=spec.resources.walltime_s,
+        nodes=spec.resources.nodes, memory_gb=spec.resources.memory_gb, walltime_s=spec.resources.walltime_s,
         container=spec.resources.container, vram_gb=spec.resources.vram_gb,
         launcher=spec.training.horovod, train_dids=tuple(spec.data.dids("train")),
         validation_dids=tuple(spec.data.dids("validation")),

@@ -11,7 +11,7 @@ from gridml.executors.base import Executor, TaskRequest, TaskStatus
 
 __all__ = ["EXECUTORS", "Executor", "TaskRequest", "TaskStatus", "create"]
 
-EXECUTORS = ("local", "panda", "dryrun")
+EXECUTORS = ("local", "panda", "slurm", "dryrun")
 
 
 def create(name: str, *, data: DataManager | None = None, journal: Path | None = None, dry_run: bool = False,
@@ -27,6 +27,10 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
             from gridml.executors.panda_request import render_for_request
 
             return DryRunExecutor(render=render_for_request, remote=True)
+        if name == "slurm":
+            from gridml.executors.slurm_render import render_for_request as render_slurm
+
+            return DryRunExecutor(render=render_slurm)
         return DryRunExecutor(render=render_local)
     if name == "local":
         from gridml.executors.local import LocalExecutor
@@ -36,4 +40,8 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
         from gridml.executors.panda import PandaExecutor
 
         return PandaExecutor(data=data, journal=journal, **options)
+    if name == "slurm":
+        from gridml.executors.slurm import SlurmExecutor
+
+        return SlurmExecutor(journal=journal, **options)
     raise UsageError(f"unknown executor {name!r}", hint=f"use one of {', '.join(EXECUTORS)}")

@@ -114,9 +114,11 @@ class Search(_Strict):
 
 
 class Resources(_Strict):
-    cores: int = Field(1, ge=1, description="per trial, all ranks together")
-    gpus: int = Field(0, ge=0)
-    memory_gb: float = Field(4, gt=0)
+    nodes: int = Field(1, ge=1, description="nodes per trial (Slurm); cores, gpus and memory_gb "
+                       "are per node")
+    cores: int = Field(1, ge=1, description="per trial (per node when nodes > 1), all ranks together")
+    gpus: int = Field(0, ge=0, description="per node")
+    memory_gb: float = Field(4, gt=0, description="per node")
     walltime: str | int = "1h"
     container: str | None = None
     vram_gb: float | None = Field(None, gt=0, description="grid: minimum GPU memory (architecture string)")
@@ -133,7 +135,7 @@ class Resources(_Strict):
 
 
 class Backend(_Strict):
-    executor: Literal["local", "panda", "dryrun"] = "local"
+    executor: Literal["local", "panda", "slurm", "dryrun"] = "local"
     data: Literal["local", "rucio"] = "local"
     server: str = Field("embedded", description="'embedded' or the URL of a `gridml serve`")
     retries: int = Field(1, ge=0, description="resubmissions of a failed trial")
@@ -152,6 +154,18 @@ class Panda(_Strict):
     working_group: str | None = None
     vo: str = "atlas"
     rse: str | None = Field(None, description="destination for outputs (destSE)")
+
+
+class Slurm(_Strict):
+    partition: str | None = Field(None, description="sbatch --partition; None: the cluster's default")
+    account: str | None = Field(None, description="sbatch --account")
+    qos: str | None = Field(None, description="sbatch --qos")
+    constraint: str | None = Field(None, description="sbatch --constraint, e.g. a100")
+    setup: list[str] = Field(default_factory=list, description="shell lines run on the nodes before "
+                             "the payload (module load ..., source env/bin/activate)")
+    options: dict[str, str | int | float | bool | None] = Field(
+        default_factory=dict, description="any other sbatch option: {exclusive: true, "
+        "gpus-per-task: 1} -> --exclusive --gpus-per-task=1")
 
 
 class Output(_Strict):
@@ -179,6 +193,7 @@ class Spec(_Strict):
     resources: Resources = Field(default_factory=Resources)
     backend: Backend = Field(default_factory=Backend)
     panda: Panda = Field(default_factory=Panda)
+    slurm: Slurm = Field(default_factory=Slurm)
     output: Output = Field(default_factory=Output)
 
     @model_validator(mode="after")
@@ -190,8 +205,30 @@ class Spec(_Strict):
 
     @model_validator(mode="after")
     def _workers_fit(self) -> Spec:
-        if self.training.workers > self.resources.cores and self.resources.gpus == 0:
+        res, workers = self.resources, self.training.workers
+        if res.nodes > 1:
+            on = f"on {res.nodes} nodes"
+            if self.backend.executor not in ("slurm", "dryrun"):
+                raise ValueError(f"resources.nodes: {res.nodes} nodes per trial need backend.executor: "
+                                 f"slurm; use nodes: 1 with {self.backend.executor}")
+            if self.payload.framework == "torch":
+                raise ValueError(f"resources.nodes: torch trials run under torchrun on one node; use "
+                                 f"nodes: 1 (or payload.framework: keras for {res.nodes} nodes)")
+            if self.training.horovod != "mpi":
+                raise ValueError(f"training.horovod: {self.training.horovod} cannot span nodes "
+                                 f"without ssh; use horovod: mpi for resources.nodes {res.nodes}")
+            if workers < res.nodes:
+                raise ValueError(f"training.workers: {workers} ranks {on} leaves a node idle; give "
+                                 f"every node a rank (workers >= {res.nodes}) or lower resources.nodes")
+        else:
+            on = "on 1 node"
+        if res.gpus > 0 and workers > res.nodes * res.gpus and self.backend.executor == "slurm":
             raise ValueError(
-                f"training.workers: {self.training.workers} Horovod ranks but resources.cores is "
-                f"{self.resources.cores}; give each rank a core (raise resources.cores or lower workers)")
+                f"training.workers: {workers} Horovod ranks but {res.nodes * res.gpus} GPUs {on} "
+                f"(resources.gpus {res.gpus} per node); lower workers or raise resources.gpus/nodes")
+        if workers > res.nodes * res.cores and res.gpus == 0:
+            raise ValueError(
+                f"training.workers: {workers} Horovod ranks but resources.cores is "
+                f"{res.cores}" + (f" per node ({res.nodes * res.cores} {on})" if res.nodes > 1 else "")
+                + "; give each rank a core (raise resources.cores or lower workers)")
         return self

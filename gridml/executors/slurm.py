@@ -1,0 +1,296 @@
+"""The Slurm executor: every trial attempt is one batch job, submitted with ``sbatch``.
+
+``submit`` renders the batch script (:mod:`gridml.executors.slurm_render`, pure) into the attempt's
+folder and hands it to ``sbatch --parsable``; ``poll`` reads ``squeue -t all`` (one call for every
+job of the executor per second at most), then ``sacct`` where the site keeps accounting, then the
+exit code the script leaves in the attempt folder; ``kill`` is ``scancel``. The commands and their
+error translation live in :mod:`gridml.executors.slurm_cli` (a thin layer; see docs/hpc.md for why
+no library), the journals in :mod:`gridml.executors.slurm_journal`.
+
+Nothing twice: the job name is ``gridml.<study>.trial-NNNN`` and its comment names the attempt;
+the trial's journal notes "submitting" before ``sbatch`` and the job id right after, so a
+controller killed at any point and resumed finds its job (journal, else ``squeue --name`` and the
+attempt comment) and never submits an attempt twice. A job cancelled on request is marked killed
+and never followed again: the next attempt is a new job. Jobs are not requeued by Slurm
+(``--no-requeue``); if a site requeues one anyway it is cancelled and reported lost, so the
+controller's next attempt is the only run.
+
+Job states -> trial states: PENDING -> submitted, RUNNING -> running, COMPLETED -> completed;
+FAILED (the payload's exit code), TIMEOUT (walltime), OUT_OF_MEMORY, DEADLINE -> failed (they use
+``backend.retries``); NODE_FAIL, BOOT_FAIL, PREEMPTED and a requeue -> failed with
+``infrastructure=True`` (resubmitted without using a retry); CANCELLED -> killed.
+
+Shared filesystem: trials read their staged inputs and write ``outputs/`` (with the metrics
+spool ``metrics.jsonl``) under ``$GRIDML_HOME/runs``, which the nodes must see at the same path.
+A metrics API on a loopback address cannot be reached from a compute node: the trial document the
+ranks read (``attempt-N/trial.json``) then has no API and the metrics come through the spool,
+which the controller ingests when the job ends; a reachable API (``gridml serve``) gets them live.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from gridml.errors import ExecutorError
+from gridml.executors import slurm_cli as cli
+from gridml.executors import slurm_journal as journal
+from gridml.executors.base import TaskRequest, TaskStatus
+from gridml.executors.local import last_error_line, tail
+from gridml.executors.slurm_render import attempt_dir, job_name, render_script
+
+__all__ = ["SlurmExecutor", "job_id_of", "trial_status"]
+
+log = logging.getLogger("gridml.executors.slurm")
+
+PENDING = ("PENDING", "CONFIGURING", "RESV_DEL_HOLD", "REQUEUE_HOLD")
+RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "SUSPENDED", "STOPPED")
+REQUEUED = ("REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD")
+LOST = {"NODE_FAIL": "a node of the job failed", "BOOT_FAIL": "its nodes failed to boot",
+        "PREEMPTED": "it was preempted"}
+PAYLOAD = {"FAILED": "the payload failed", "TIMEOUT": "it hit its walltime (resources.walltime)",
+           "OUT_OF_MEMORY": "it ran out of memory (raise resources.memory_gb)",
+           "DEADLINE": "it reached its deadline"}
+OVER = ("COMPLETED", "CANCELLED", *LOST, *PAYLOAD)
+CACHE_S = 1.0  # one squeue for every job of this executor per second at most
+
+
+def job_id_of(handle: str) -> str:
+    job_id = handle.rsplit(":", 1)[-1]
+    if not handle.startswith("slurm:") or not job_id.isdigit():
+        raise ExecutorError(f"{handle!r} is not a Slurm job handle (slurm:<job id>)")
+    return job_id
+
+
+def loopback(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _exit_code(run: Path) -> int | None:
+    try:
+        return int((run / "exit_code").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def trial_status(info: cli.JobInfo, run: Path, *, killed: bool = False) -> TaskStatus:
+    """The trial's state for a Slurm job in state ``info.state`` (see the module docstring)."""
+    job, state = info.job_id, info.state
+    where = f" on {info.nodes}" if info.nodes and info.nodes not in ("(null)", "None assigned") else ""
+    head = f"Slurm job {job} {state}{where}"
+    if killed:
+        return TaskStatus("killed", f"{head}: cancelled on request (scancel)")
+    if state in PENDING:
+        return TaskStatus("submitted", head + (f" ({info.reason})" if info.reason not in ("", "None") else ""))
+    if state in RUNNING:
+        return TaskStatus("running", head)
+    if state == "COMPLETED":
+        return TaskStatus("completed", head)
+    log_tail = tail(run / "payload.log")
+    if state in LOST:
+        return TaskStatus("failed", f"{head}: {LOST[state]}, not the payload; resubmitted without "
+                                    "using a retry", log_tail, infrastructure=True)
+    if state in REQUEUED:
+        return TaskStatus("failed", f"{head}: Slurm requeued it; gridml cancelled it and resubmits "
+                                    "the trial without using a retry", log_tail, infrastructure=True)
+    if state == "CANCELLED":
+        return TaskStatus("killed", f"{head}: cancelled outside gridml (scancel or an "
+                                    "administrator)", log_tail)
+    why = PAYLOAD.get(state, f"Slurm ended it ({state})")
+    code = _exit_code(run)
+    if state == "FAILED" and code is not None:
+        why = f"the payload exited with code {code}"
+    last = last_error_line(log_tail) if state == "FAILED" else ""
+    return TaskStatus("failed", f"{head}: {why}" + (f": {last}" if last else ""), log_tail)
+
+
+class SlurmExecutor:
+    """:class:`gridml.executors.base.Executor` on Slurm (see the module docstring)."""
+
+    name = "slurm"
+    remote = False  # shared filesystem: the controller stages inputs where the nodes read them
+    watch_heartbeats = False  # a queued job is silent, nodes may have no network: Slurm
+    #                            enforces the walltime instead
+
+    def __init__(self, journal: Path | None = None, bindir: str | None = None,
+                 payload_override: list[str] | None = None) -> None:
+        self._journal = journal  # folder: <job id>.json -> the trial folder and attempt
+        self._bindir = bindir or str(Path(sys.executable).parent)
+        # benchmarks/slurm_overhead.py only: a trivial job instead of the payload
+        self._payload_override = payload_override
+        self._jobs: dict[str, tuple[Path, int]] = {}  # job id -> (trial folder, attempt)
+        self._seen: dict[str, cli.JobInfo] = {}
+        self._seen_at = 0.0
+        self._final: dict[str, TaskStatus] = {}
+
+    # -- submit ------------------------------------------------------------------------------
+    def submit(self, req: TaskRequest) -> str:
+        """Submit the attempt's job, or find the one already submitted for it."""
+        entry = journal.attempt(req.workdir, req.attempt)
+        if entry.get("job_id") and not entry.get("killed"):
+            return self._remember(str(entry["job_id"]), req.workdir, req.attempt)
+        name = job_name(req.study, req.trial_number)
+        if entry.get("submitting") and not entry.get("killed"):
+            found = self._find(name, req.attempt)  # killed after sbatch, before the journal
+            if found:
+                log.info("trial %d attempt %d: found job %s by name", req.trial_number, req.attempt, found)
+                journal.update_attempt(req.workdir, req.attempt, job_id=found)
+                return self._remember(found, req.workdir, req.attempt)
+        run = attempt_dir(req)
+        run.mkdir(parents=True, exist_ok=True)
+        trial_file = self._write_trial(req, run)
+        script = run / "job.sh"
+        text = render_script(req, trial_file, self._bindir)
+        if self._payload_override:
+            text = _override(text, self._payload_override)
+        script.write_text(text)
+        journal.update_attempt(req.workdir, req.attempt, submitting=journal.now(), job_id=None,
+                               killed=None, state=None)
+        job_id = cli.submit(script, partition=(req.site or {}).get("partition"))
+        journal.update_attempt(req.workdir, req.attempt, job_id=job_id, submitted_at=journal.now(),
+                               state="PENDING")
+        log.info("trial %d attempt %d: Slurm job %s (%s)", req.trial_number, req.attempt, job_id, name)
+        return self._remember(job_id, req.workdir, req.attempt)
+
+    def _find(self, name: str, attempt: int) -> str | None:
+        comment = f"gridml-attempt-{attempt}"
+        mine = [j for j in cli.queue(name=name).values() if j.comment == comment]
+        return max(mine, key=lambda j: int(j.job_id)).job_id if mine else None
+
+    @staticmethod
+    def _write_trial(req: TaskRequest, run: Path) -> Path:
+        """The trial document the ranks read; without an API a node cannot reach (loopback)."""
+        doc = req.trial
+        if doc.api is not None and loopback(doc.api.url):
+            doc = doc.replace(api=None)
+        path = run / "trial.json"
+        tmp = run / ".trial.json.tmp"
+        tmp.write_text(doc.dumps())
+        tmp.chmod(0o600)  # it may hold the trial's token
+        tmp.replace(path)
+        return path
+
+    def _remember(self, job_id: str, workdir: Path, attempt: int) -> str:
+        self._jobs[job_id] = (workdir, attempt)
+        journal.write_handle(self._journal, job_id, workdir, attempt)
+        return f"slurm:{job_id}"
+
+    def _where(self, job_id: str) -> tuple[Path, int]:
+        if job_id not in self._jobs:  # a restarted controller: its journal knows the job
+            noted = journal.read_handle(self._journal, job_id)
+            if noted is None:
+                raise ExecutorError(f"slurm:{job_id}: not in this executor's journal ({self._journal})",
+                                    hint="poll it from the campaign that submitted it")
+            self._jobs[job_id] = noted
+        return self._jobs[job_id]
+
+    # -- follow ------------------------------------------------------------------------------
+    def poll(self, handle: str) -> TaskStatus:
+        job_id = job_id_of(handle)
+        if job_id in self._final:
+            return self._final[job_id]
+        workdir, attempt = self._where(job_id)
+        entry = journal.attempt(workdir, attempt)
+        killed = bool(entry.get("killed"))
+        run = workdir / f"attempt-{attempt}"
+        try:
+            info = self._info(job_id)
+        except ExecutorError as exc:  # slurmctld busy or restarting: keep waiting, Slurm keeps the job
+            log.warning("%s: %s", handle, exc)
+            return TaskStatus("unknown", str(exc))
+        if info is None:
+            status = self._gone(job_id, run, killed)
+        else:
+            if info.restarts > 0 and not killed and info.state not in OVER:
+                self._cancel_requeued(job_id, workdir, attempt)
+                info = cli.JobInfo(job_id, "REQUEUED", info.reason, info.nodes, info.restarts)
+            status = trial_status(info, run, killed=killed)
+            if entry.get("state") != info.state or entry.get("nodes") != info.nodes:
+                journal.update_attempt(workdir, attempt, state=info.state, nodes=info.nodes)
+        if status.state in ("completed", "failed", "killed") and (info is None or info.state in OVER
+                                                                 or status.infrastructure):
+            self._final[job_id] = status
+        return status
+
+    def _info(self, job_id: str) -> cli.JobInfo | None:
+        if job_id not in self._seen or time.monotonic() - self._seen_at > CACHE_S:
+            ids = sorted({job_id, *(j for j in self._jobs if j not in self._final)}, key=int)
+            self._seen = cli.queue(ids)
+            self._seen_at = time.monotonic()
+        return self._seen.get(job_id)
+
+    def _gone(self, job_id: str, run: Path, killed: bool) -> TaskStatus:
+        """squeue no longer shows the job (MinJobAge passed): sacct, else its exit code file."""
+        info = cli.accounting(job_id)
+        if info is not None:
+            return trial_status(info, run, killed=killed)
+        if killed:
+            return TaskStatus("killed", f"Slurm job {job_id}: cancelled on request (scancel)")
+        code = _exit_code(run)
+        if code == 0:
+            return TaskStatus("completed", f"Slurm job {job_id} ended (exit code 0)")
+        log_tail = tail(run / "payload.log")
+        if code is not None:
+            last = last_error_line(log_tail)
+            return TaskStatus("failed", f"Slurm job {job_id}: the payload exited with code {code}"
+                              + (f": {last}" if last else ""), log_tail)
+        return TaskStatus("failed", f"Slurm job {job_id} is gone from the queue without an exit "
+                                    "code and this site keeps no accounting (sacct)", log_tail)
+
+    def _cancel_requeued(self, job_id: str, workdir: Path, attempt: int) -> None:
+        log.warning("Slurm job %s was requeued by Slurm: cancelling it, the trial is resubmitted", job_id)
+        try:
+            cli.cancel(job_id)
+        finally:
+            journal.update_attempt(workdir, attempt, killed=journal.now(), state="REQUEUED")
+
+    # -- control -----------------------------------------------------------------------------
+    def kill(self, handle: str) -> None:
+        """scancel; the job is marked killed in the trial's journal, never followed again. If
+        scancel fails the job may go on: that is logged, not raised (stopping a campaign stops
+        everything else)."""
+        job_id = job_id_of(handle)
+        try:
+            workdir, attempt = self._where(job_id)
+        except ExecutorError as exc:
+            log.error("%s: %s", handle, exc)
+            workdir = None
+        try:
+            cli.cancel(job_id)
+            log.info("%s: scancel sent", handle)
+        except ExecutorError as exc:
+            log.error("%s: could not be cancelled, it may still run: %s", handle, exc)
+        if workdir is not None:
+            journal.update_attempt(workdir, attempt, killed=journal.now())
+        self._final.pop(job_id, None)
+
+    def close(self) -> None:
+        """Nothing runs in this process: jobs go on in Slurm (Ctrl-C cancels them through
+        ``kill`` first), so a `gridml serve` restart does not touch them."""
+        self._seen.clear()
+
+
+def _override(script: str, argv: list[str]) -> str:
+    """The script with its payload line replaced (benchmarks only)."""
+    import shlex
+
+    lines = script.splitlines()
+    i = lines.index("code=$?") - 1
+    lines[i] = shlex.join(argv)
+    return "\n".join(lines) + "\n"
+
+
+def status_line(workdir: Path) -> dict[str, Any] | None:
+    """The trial's newest Slurm job and the state last seen, for `gridml status`."""
+    return journal.last_state(workdir)

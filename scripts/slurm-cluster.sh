@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# A real two-node Slurm cluster on this machine, for gridml's tests and benchmarks (and to try the
+# slurm executor). Debian's slurm-wlm (slurmctld, slurmd, munge), installed with apt if missing.
+#
+#   scripts/slurm-cluster.sh start DIR      # idempotent; prints `export SLURM_CONF=...` (eval it)
+#   scripts/slurm-cluster.sh stop DIR       # stops every daemon, removes the namespaces and links
+#   scripts/slurm-cluster.sh status DIR     # daemons alive? + sinfo
+#   scripts/slurm-cluster.sh env DIR        # the export lines again
+#   scripts/slurm-cluster.sh node-stop DIR NODE   # kill -9 one slurmd (a lost node: NODE_FAIL)
+#   scripts/slurm-cluster.sh node-start DIR NODE  # start it again (ReturnToService=2 takes it back)
+#
+# Everything lives in DIR: slurm.conf, munge key and socket, state, spools, logs, pids. The two
+# compute nodes n1, n2 are network namespaces created here, linked to a bridge on this machine by
+# veth pairs, with addresses from 198.18.0.0/15 chosen from a hash of DIR (two clusters at once do
+# not collide); slurmctld listens on the bridge address under this machine's hostname. One munged
+# serves both nodes. No cgroups (proctrack/linuxproc, task/none) and no slurmdbd: terminal job
+# states (COMPLETED, FAILED, NODE_FAIL, TIMEOUT, ...) stay in squeue for MinJobAge=3600 s, and
+# jobcomp/filetxt keeps a record in DIR/log/jobcomp.txt. SlurmdTimeout=10: a killed slurmd turns its
+# job into NODE_FAIL in about 30 s. Needs root (namespaces, bridge). Partition: "gridml".
+set -euo pipefail
+log() { printf '[slurm-cluster] %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+[ $# -ge 2 ] || die "usage: $0 start|stop|status|env|node-stop|node-start DIR [NODE]"
+cmd="$1"; mkdir -p "$2"; DIR="$(cd "$2" && pwd)"
+key="$(printf '%s' "$DIR" | sha256sum | cut -c1-6)"
+octet=$(( 16#${key:0:4} % 254 + 1 ))             # 198.18.<octet>.0/24, or 198.19 for odd keys
+second=$(( 18 + 16#${key:4:1} % 2 ))
+NET="198.$second.$octet"
+BR="gsl$key"                                      # bridge (<= 15 chars)
+NODES=(n1 n2)
+CONF="$DIR/etc/slurm.conf"
+SOCK="$DIR/munge/munge.socket"
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+install() {
+  if [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/munged ] \
+     && command -v sbatch >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1; then
+    return 0
+  fi
+  log "installing slurm-wlm and munge (apt)"
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends slurm-wlm munge \
+    iproute2 util-linux >/dev/null
+}
+PATH="/usr/sbin:/sbin:$PATH"
+
+ns() { echo "gsl$key-$1"; }
+ip_of() { case "$1" in n1) echo "$NET.11";; n2) echo "$NET.12";; esac; }
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+network_up() {
+  ip link show "$BR" >/dev/null 2>&1 || {
+    ip link add "$BR" type bridge
+    ip addr add "$NET.1/24" dev "$BR"
+  }
+  ip link set "$BR" up
+  for n in "${NODES[@]}"; do
+    local name; name="$(ns "$n")"
+    [ -e "/var/run/netns/$name" ] || ip netns add "$name"
+    if ! ip link show "v$key$n" >/dev/null 2>&1; then
+      ip link add "v$key$n" type veth peer name "p$key$n"
+      ip link set "p$key$n" netns "$name"
+      ip link set "v$key$n" master "$BR"
+      ip -n "$name" addr add "$(ip_of "$n")/24" dev "p$key$n"
+    fi
+    ip link set "v$key$n" up
+    ip -n "$name" link set lo up
+    ip -n "$name" link set "p$key$n" up
+  done
+}
+
+network_down() {
+  for n in "${NODES[@]}"; do
+    ip link del "v$key$n" 2>/dev/null || true
+    ip netns del "$(ns "$n")" 2>/dev/null || true
+  done
+  ip link del "$BR" 2>/dev/null || true
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])'; }
+
+write_conf() {
+  [ -f "$CONF" ] && return 0
+  mkdir -p "$DIR"/{etc,state,spool,log,run,munge}
+  local port mem cpus
+  port="$(free_port)"
+  cpus="$(nproc)"
+  mem=$(( $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) / 2 ))
+  cat >"$CONF" <<EOF
+# written by scripts/slurm-cluster.sh for $DIR
+ClusterName=gridml$key
+SlurmctldHost=$(hostname -s)($NET.1)
+SlurmctldPort=$port
+SlurmdPort=6818
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$SOCK
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool/slurmd-%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$DIR/log/jobcomp.txt
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SlurmdTimeout=10
+SlurmctldTimeout=30
+MessageTimeout=10
+KillWait=5
+InactiveLimit=0
+MinJobAge=3600
+ReturnToService=2
+OverTimeLimit=0
+NodeName=n1 NodeAddr=$NET.11 NodeHostname=$(hostname -s) CPUs=$cpus RealMemory=$mem State=UNKNOWN
+NodeName=n2 NodeAddr=$NET.12 NodeHostname=$(hostname -s) CPUs=$cpus RealMemory=$mem State=UNKNOWN
+PartitionName=gridml Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+munge_up() {
+  pid_alive "$DIR/run/munged.pid" && return 0
+  if [ ! -f "$DIR/munge/munge.key" ]; then
+    dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
+  fi
+  chmod 700 "$DIR/munge"; chmod 400 "$DIR/munge/munge.key"
+  munged --force --socket="$SOCK" --key-file="$DIR/munge/munge.key" --pid-file="$DIR/run/munged.pid" \
+    --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/munged.seed"
+}
+
+slurmd_up() {  # slurmd_up NODE
+  local n="$1"
+  pid_alive "$DIR/run/slurmd-$n.pid" && return 0
+  mkdir -p "$DIR/spool/slurmd-$n"
+  # nsenter, not `ip netns exec`: that remounts /sys, and slurmd's start-up trips over it
+  SLURM_CONF="$CONF" nsenter --net="/var/run/netns/$(ns "$n")" slurmd -N "$n" -f "$CONF"
+}
+
+wait_idle() {
+  for _ in $(seq 1 120); do
+    if [ "$(SLURM_CONF="$CONF" sinfo -h -N -p gridml -t idle,mix,alloc -o '%N' 2>/dev/null | sort -u | wc -l)" = 2 ]; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  SLURM_CONF="$CONF" sinfo >&2 || true
+  die "the nodes did not come up in 60 s; see $DIR/log/"
+}
+
+env_lines() { echo "export SLURM_CONF=$CONF"; echo "export GRIDML_SLURM_PARTITION=gridml"; }
+
+start() {
+  install
+  write_conf
+  network_up
+  munge_up
+  if ! pid_alive "$DIR/run/slurmctld.pid"; then
+    SLURM_CONF="$CONF" slurmctld -f "$CONF"
+  fi
+  for n in "${NODES[@]}"; do slurmd_up "$n"; done
+  for n in "${NODES[@]}"; do  # a node that was down (NODE_FAIL test) is back in service
+    SLURM_CONF="$CONF" scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true
+  done
+  wait_idle
+  env_lines | tee "$DIR/cluster.env"
+}
+
+stop_pid() {  # stop_pid PIDFILE
+  pid_alive "$1" || { rm -f "$1"; return 0; }
+  local pid; pid="$(cat "$1")"
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$1"
+}
+
+stop() {
+  [ -f "$CONF" ] || { network_down; return 0; }
+  SLURM_CONF="$CONF" timeout 10 scancel --full --quiet -p gridml 2>/dev/null || true
+  for n in "${NODES[@]}"; do stop_pid "$DIR/run/slurmd-$n.pid"; done
+  # the jobs' own processes (slurmstepd and its children) live in the namespaces: end them
+  for n in "${NODES[@]}"; do
+    [ -e "/var/run/netns/$(ns "$n")" ] || continue
+    for pid in $(ip netns pids "$(ns "$n")" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+  done
+  stop_pid "$DIR/run/slurmctld.pid"
+  stop_pid "$DIR/run/munged.pid"
+  network_down
+  log "stopped ($DIR)"
+}
+
+status() {
+  local ok=0
+  for p in munged slurmctld slurmd-n1 slurmd-n2; do
+    if pid_alive "$DIR/run/$p.pid"; then echo "$p: running ($(cat "$DIR/run/$p.pid"))"
+    else echo "$p: stopped"; ok=1; fi
+  done
+  SLURM_CONF="$CONF" sinfo 2>/dev/null || true
+  return $ok
+}
+
+case "$cmd" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  env) env_lines ;;
+  node-stop) [ $# -ge 3 ] || die "node-stop DIR NODE"
+             pid_alive "$DIR/run/slurmd-$3.pid" && kill -9 "$(cat "$DIR/run/slurmd-$3.pid")"
+             rm -f "$DIR/run/slurmd-$3.pid"
+             # a lost node takes its processes with it
+             for pid in $(ip netns pids "$(ns "$3")" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done ;;
+  node-start) [ $# -ge 3 ] || die "node-start DIR NODE"; slurmd_up "$3"
+              SLURM_CONF="$CONF" scontrol update nodename="$3" state=resume >/dev/null 2>&1 || true ;;
+  *) die "unknown command $cmd: use start|stop|status|env|node-stop|node-start" ;;
+esac
