@@ -1,6 +1,6 @@
-"""The Executor contract, one suite over every backend: local (real processes), dryrun, and PanDA
-(the real panda-client against the PanDA wire double). A new backend (Slurm, ...) joins by adding
-itself to ``BACKENDS``.
+"""The Executor contract, one suite over every backend: local (real processes), dryrun, PanDA
+(the real panda-client against the PanDA wire double) and Slurm (the real two-node cluster of
+scripts/slurm-cluster.sh). A new backend joins by adding itself to ``BACKENDS``.
 
 What every executor promises the controller:
 - ``submit`` is idempotent per attempt: the same request again, from the same executor or from a
@@ -32,7 +32,7 @@ from tests.helpers import register_tiny_datasets, write_spec
 
 pytestmark = [pytest.mark.service]
 
-BACKENDS = ("local", "dryrun", "panda")
+BACKENDS = ("local", "dryrun", "panda", "slurm")
 LIVE = ("submitted", "running")
 OVER = ("completed", "failed", "killed")
 
@@ -78,6 +78,7 @@ def _wait(executor: Any, handle: str, states: tuple[str, ...], timeout_s: float 
 def backend(request: pytest.FixtureRequest, tmp_path: Path, gridml_home: Path,
             monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
     name = request.param
+    cluster = request.getfixturevalue("slurm_env") if name == "slurm" else None
     data = open_data_manager("local")
     train, val = register_tiny_datasets(data, tmp_path, "user.test", rows=64)
     executor_name = "local" if name == "dryrun" else name
@@ -85,7 +86,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, gridml_home: Path,
         tmp_path / "spec.yaml", f"contract-{name}", train, val,
         training="training: {epochs: 1, batch_size: 16, workers: 1}\n",
         backend=f"backend: {{executor: {executor_name}, data: local, server: embedded}}\n",
-        resources="resources: {cores: 1, gpus: 0, memory_gb: 2, walltime: 20m}\n")
+        resources="resources: {cores: 1, gpus: 0, memory_gb: 2, walltime: 20m}\n",
+        **({"slurm": f"slurm: {{partition: {cluster.partition}}}\n"} if cluster else {}))
     loaded = load_spec(spec, did_exists=data.exists)
     store = open_store(settings().db_url)
     double = None
@@ -101,10 +103,14 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, gridml_home: Path,
     campaign = Campaign(loaded, store, executor, data, settings().runs_dir, api_url=None)
     trial = store.create_trial(campaign.study.id, {"learning_rate": 0.01, "units": 8,
                                                    "dropout": 0.0, "activation": "relu"})
+    # the cluster lives for the whole session: count only this test's jobs
+    job_name = f"gridml.contract-slurm.trial-{trial.number:04d}"
+    before = set(cluster.jobs_named(job_name)) if cluster else set()
     counters: dict[str, Callable[[], int | None]] = {
         "local": lambda: len(list((settings().runs_dir).rglob("attempt-*/pid"))),
         "dryrun": lambda: None,
         "panda": lambda: len(double.jedi.tasks) if double else None,
+        "slurm": lambda: len(set(cluster.jobs_named(job_name)) - before) if cluster else None,
     }
     be = Backend(name, campaign, trial, executor, counters[name], double)
     try:
@@ -115,6 +121,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, gridml_home: Path,
                 ex.kill(handle)
         if double is not None:
             double.__exit__(None, None, None)
+        if cluster is not None:  # nothing of this test left queued or running
+            cluster.cancel(*(set(cluster.jobs_named(job_name)) - before))
 
 
 def test_submit_is_idempotent_per_attempt(backend: Backend) -> None:
@@ -153,7 +161,7 @@ def test_after_kill_the_next_attempt_gets_a_new_task(backend: Backend) -> None:
 
 @pytest.mark.slow
 def test_a_task_runs_to_completion_and_a_fresh_executor_sees_it(backend: Backend) -> None:
-    if backend.name != "local":
+    if backend.name not in ("local", "slurm"):
         pytest.skip("runs a whole trial: PanDA's is in tests/e2e/test_panda_campaign.py, "
                     "a dry run runs nothing")
     handle = backend.executor.submit(backend.request(attempt=1))
