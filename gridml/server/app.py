@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from gridml.errors import GridmlError
 from gridml.server.app_json import SafeJSON
-from gridml.server.errors import error_body, status_of
+from gridml.server.errors import ApiError, error_body, status_of
 from gridml.server.fastpath import EpochFastPath
 from gridml.store.sql import SqlStore
 
@@ -24,11 +26,61 @@ DASHBOARD = Path(__file__).resolve().parent / "dashboard"
 
 
 def _install_errors(app: FastAPI) -> None:
+    """Every error answer has the one documented body, ``ErrorBody``."""
+
     async def gridml_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, GridmlError)
         return SafeJSON(error_body(exc), status_code=status_of(exc))
 
+    async def api_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return SafeJSON({"detail": exc.message, "hint": exc.hint}, status_code=exc.status)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        headers = dict(exc.headers or {})
+        hint = None
+        if exc.status_code == 405:  # Starlette names only the first matching route's methods
+            allowed = _allowed_methods(app, request.url.path)
+            headers["Allow"] = ", ".join(allowed)
+            hint = f"{request.url.path} takes {' and '.join(allowed)}"
+        return SafeJSON({"detail": str(exc.detail), "hint": hint}, status_code=exc.status_code,
+                        headers=headers or None)
+
+    async def invalid_request(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return SafeJSON(validation_body(exc.errors()), status_code=422)
+
     app.add_exception_handler(GridmlError, gridml_error)
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+
+
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods of every route whose path matches (GET and POST may be two routes)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        regex, route_methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and route_methods and regex.match(path):
+            methods |= set(route_methods)
+    return sorted(methods)
+
+
+def validation_body(errors: Any) -> dict[str, Any]:
+    """FastAPI's validation errors as ``ErrorBody``: one line naming the first problems in
+    ``detail``, each problem (location, message, type; not the input) in ``errors``."""
+    problems = [{"loc": [p if isinstance(p, (str, int)) else str(p) for p in e.get("loc", ())],
+                 "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))} for e in errors]
+
+    def where(problem: dict[str, Any]) -> str:
+        return ".".join(str(p)[:60] for p in problem["loc"]) or "request"
+
+    shown = "; ".join(f"{where(p)}: {p['msg']}" for p in problems[:3])
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return {"detail": f"invalid request: {shown}{more}",
+            "hint": "correct the fields named; /openapi.json gives each field's type and limits",
+            "errors": problems}
 
 
 class GridmlAPI(FastAPI):

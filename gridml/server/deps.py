@@ -15,11 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from gridml.store.sql import SqlStore
+from gridml.server.errors import ApiError
 from gridml.store import Study, Trial
+from gridml.store.sql import SqlStore
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,13 @@ async def principal(request: Request, store: Annotated[SqlStore, Depends(get_sto
     if scheme.lower() != "bearer" or not token.strip():
         if request.method == "GET" and request.app.state.open_reads:
             return Principal(None)
-        raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <study or "
-                                 "trial token>' (the study token is printed by `gridml submit`)")
+        raise ApiError(401, "missing bearer token",
+                       hint="send 'Authorization: Bearer <study or trial token>' (the study "
+                            "token is printed by `gridml submit` and kept in runs/<study>/api.json)")
     found = await _resolve(request, store, token.strip())
     if found is None:
-        raise HTTPException(401, "unknown or revoked token")
+        raise ApiError(401, "unknown or revoked token",
+                       hint="use the study token of this study, or the trial's current token")
     return Principal(*found)
 
 
@@ -70,25 +73,29 @@ Store = Annotated[SqlStore, Depends(get_store)]
 
 def can_read_study(who: Principal, study: Study) -> None:
     if who.study_id is not None and who.study_id != study.id:
-        raise HTTPException(403, f"this token does not open study '{study.name}'")
+        raise ApiError(403, f"this token does not open study '{study.name}'",
+                       hint="use that study's own token")
 
 
 def can_write_study(who: Principal, study: Study) -> None:
     if who.study_id != study.id or who.trial_id is not None:
-        raise HTTPException(403, f"writing study '{study.name}' needs its study token")
+        raise ApiError(403, f"writing study '{study.name}' needs its study token",
+                       hint="a trial token may only report for its own trial")
 
 
 def can_read_trial(who: Principal, trial: Trial) -> None:
     if who.study_id is not None and who.study_id != trial.study_id:
-        raise HTTPException(403, f"this token does not open trial {trial.id}")
+        raise ApiError(403, f"this token does not open trial {trial.id}",
+                       hint="use the token of the trial's study")
 
 
 def can_write_trial(who: Principal, trial_id: int, study_id: int) -> None:
     """Its own trial token, or the study token of the trial's study."""
     if who.trial_id is not None:
         if who.trial_id != trial_id:
-            raise HTTPException(403, f"a trial token may write only its own trial, "
-                                     f"not trial {trial_id}")
+            raise ApiError(403, f"a trial token may write only its own trial, not trial {trial_id}",
+                           hint="use that trial's token, or the study token")
         return
     if who.study_id != study_id:
-        raise HTTPException(403, f"this token does not open trial {trial_id}")
+        raise ApiError(403, f"this token does not open trial {trial_id}",
+                       hint="use the token of the trial's study")

@@ -28,3 +28,37 @@ def status_of(exc: GridmlError) -> int:
 
 def error_body(exc: GridmlError) -> dict[str, Any]:
     return {"detail": exc.message, "hint": exc.hint}
+
+
+class ApiError(Exception):
+    """An error the routes raise themselves (auth, a bad filter): ``status``, message, hint."""
+
+    def __init__(self, status: int, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.hint = status, message, hint
+
+
+# what each error status means, as the OpenAPI document says it; a route names its own
+# meaning where it has one (e.g. 409 on finish)
+MEANING = {
+    400: "the request body is not readable as JSON, or the store refuses the request",
+    401: "no bearer token, or an unknown or revoked one (reads need one when the server "
+         "runs with closed reads)",
+    403: "the token does not open this study or trial",
+    404: "no such study or trial",
+    409: "the request conflicts with what is stored",
+    422: "the request does not validate against this document (`errors` says where)",
+    503: "the metrics database is unavailable; retry later",
+}
+
+
+def documented(*codes: int, **meanings: str) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route: each error status with the one error body, ``ErrorBody``;
+    503 (the database) is always possible. ``meanings``: ``e409="..."`` overrides a meaning."""
+    from gridml.server.schemas import ErrorBody
+
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in sorted({*codes, 503}):
+        out[code] = {"model": ErrorBody,
+                     "description": meanings.get(f"e{code}", MEANING[code])}
+    return out

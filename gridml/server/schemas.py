@@ -5,14 +5,62 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+)
+from pydantic import Strict as NoCoercion
 
-from gridml.store import EpochReport, Study, Trial
+from gridml.store import TRIAL_STATES, EpochReport, Study, Trial
 
 StudyName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=200)]
-MetricName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:/@-]{1,100}$")]
+
+
+def _json_integer(value: Any) -> Any:
+    """An integer as JSON has it: 3 or 3.0, never true/false or "3" (pydantic's lax mode
+    would take those, which the document does not allow)."""
+    if isinstance(value, (bool, str, bytes)):
+        raise ValueError("should be an integer")
+    return value
+
+
+# numbers as the document says: a JSON number, not true/false or a numeric string
+Number = Annotated[float, NoCoercion()]
+Integer = Annotated[int, BeforeValidator(_json_integer)]
+METRIC_NAME = r"^[A-Za-z0-9_.:/@-]{1,100}$"
+MetricName = Annotated[str, StringConstraints(pattern=METRIC_NAME)]
+# the metrics mapping as the server checks it: every key a metric name, every value a number or
+# null (pydantic alone would write `patternProperties`, which lets any other key through)
+Metrics = Annotated[dict[MetricName, Number | None], WithJsonSchema({
+    "type": "object", "propertyNames": {"pattern": METRIC_NAME},
+    "additionalProperties": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+    "description": "metric name -> value; null (or a NaN literal): not a number"})]
 Finished = Literal["completed", "failed", "pruned", "killed"]
+_STATE = "|".join(TRIAL_STATES)
+# `?state=running,completed` or `?state=running&state=completed`: each item one or more states
+StateFilter = Annotated[str, StringConstraints(pattern=rf"^({_STATE})(,({_STATE}))*$")]
 NAN = float("nan")
+
+
+class FieldProblem(BaseModel):
+    """One reason a request did not validate."""
+
+    loc: list[str | int] = Field(description="where: 'body', 'query', 'path', then the field")
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """Every error the API answers (4xx, 5xx) has this body."""
+
+    detail: str = Field(description="what went wrong, naming the object")
+    hint: str | None = Field(default=None, description="how to fix it, when known")
+    errors: list[FieldProblem] | None = Field(
+        default=None, description="422 for a request that does not validate: each problem")
 
 
 class Strict(BaseModel):
@@ -86,13 +134,13 @@ class TrialEnqueue(Strict):
 class EpochIn(Strict):
     """One epoch's report: ``EpochReport.to_json()``."""
 
-    epoch: int = Field(ge=1, le=1_000_000)
-    metrics: dict[MetricName, float | None]  # null (or NaN): not a number, e.g. a diverged loss
-    epoch_time: float = Field(ge=0)
-    samples_per_s: float | None = Field(default=None, ge=0)
-    input_wait_frac: float | None = Field(default=None, ge=0, le=1)
-    peak_rss_mb: float | None = Field(default=None, ge=0)
-    threads: int | None = Field(default=None, ge=0, le=10_000_000)
+    epoch: Integer = Field(ge=1, le=1_000_000)
+    metrics: Metrics  # null (or NaN): not a number, e.g. a diverged loss
+    epoch_time: Number = Field(ge=0)
+    samples_per_s: Number | None = Field(default=None, ge=0)
+    input_wait_frac: Number | None = Field(default=None, ge=0, le=1)
+    peak_rss_mb: Number | None = Field(default=None, ge=0)
+    threads: Integer | None = Field(default=None, ge=0, le=10_000_000)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def report(self) -> EpochReport:
@@ -120,7 +168,7 @@ class EpochAck(BaseModel):
 
 class FinishIn(Strict):
     state: Finished
-    objective: float | None = None  # default: the last epoch's objective metric
+    objective: Number | None = None  # default: the last epoch's objective metric
     error: str | None = Field(default=None, max_length=20_000)
 
 

@@ -25,7 +25,7 @@ class Study:
     name: str
     spec: dict[str, Any]  # the resolved spec (JSON form)
     spec_hash: str
-    state: str = "running"  # running | finished | stopped
+    state: str = "running"  # running | finished | stopped | closed
     created: datetime | None = None
     token: str | None = None  # plain study token: only returned by create_study
 

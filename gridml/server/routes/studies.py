@@ -1,4 +1,4 @@
-"""/api/v1/studies: create, list, summary, trials (list, enqueue), ask, all epochs."""
+"""/api/v1/studies: create, list, summary, trials (list, enqueue), ask, close, all epochs."""
 
 from __future__ import annotations
 
@@ -7,14 +7,17 @@ import hmac
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from gridml.server import metrics, searching
 from gridml.server.app_json import SafeJSON
+from gridml.errors import ConflictError
 from gridml.server.deps import Principal, Store, Who, can_read_study, can_write_study
+from gridml.server.errors import ApiError, documented
 from gridml.server.schemas import (
     AskOut,
     EpochOut,
+    StateFilter,
     StudyCreate,
     StudyCreated,
     StudyOut,
@@ -24,6 +27,7 @@ from gridml.server.schemas import (
     TrialPage,
 )
 from gridml.store import TRIAL_STATES, Study
+from gridml.store.sql import SqlStore
 
 router = APIRouter(prefix="/api/v1/studies", tags=["studies"])
 StudyRef = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$",
@@ -36,7 +40,10 @@ def _study(store: Store, ref: str, who: Principal, write: bool = False) -> Study
     return study
 
 
-@router.post("", status_code=201, response_model=StudyCreated)
+@router.post("", status_code=201, response_model=StudyCreated,
+             responses=documented(400, 401, 409, 422, e401="this server creates studies only "
+                                  "with its creation token (`gridml serve --create-token`)",
+                                  e409="a study with this name exists"))
 def create_study(body: StudyCreate, store: Store, request: Request) -> StudyCreated:
     """Create a study from a (resolved) spec; the study token is in the reply, once.
     A server started with a creation token (`gridml serve --create-token`) requires it."""
@@ -53,18 +60,19 @@ def _check_create_token(request: Request) -> None:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), expected):
-        raise HTTPException(401, "this server creates studies only with its creation token: "
-                                 "pass it with `gridml --token TOKEN submit ...`")
+        raise ApiError(401, "this server creates studies only with its creation token",
+                       hint="pass it with `gridml --token TOKEN submit ...`")
 
 
-@router.get("", response_model=list[StudyOut])
+@router.get("", response_model=list[StudyOut], responses=documented(400, 401))
 def list_studies(store: Store, who: Who) -> list[StudyOut]:
     """All studies (anonymous reader), or the one study a token opens."""
     return [StudyOut.of(s) for s in store.list_studies()
             if who.study_id is None or s.id == who.study_id]
 
 
-@router.get("/{study}", response_model=StudySummary)
+@router.get("/{study}", response_model=StudySummary,
+            responses=documented(400, 401, 403, 404, 422))
 def get_study(study: StudyRef, store: Store, who: Who) -> StudySummary:
     """Summary: trial counts by state and the best completed trial."""
     found = _study(store, study, who)
@@ -75,34 +83,42 @@ def get_study(study: StudyRef, store: Store, who: Who) -> StudySummary:
                         best=TrialOut.of(best) if best else None)
 
 
-@router.get("/{study}/trials", response_model=TrialPage)
+@router.get("/{study}/trials", response_model=TrialPage,
+            responses=documented(400, 401, 403, 404, 422))
 def list_trials(study: StudyRef, store: Store, who: Who,
-                state: Annotated[list[str] | None, Query()] = None,
+                state: Annotated[list[StateFilter] | None, Query(
+                    description="trial states, repeated or comma-separated")] = None,
                 limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                 offset: Annotated[int, Query(ge=0, le=2**31)] = 0) -> TrialPage:
     """Trials in number order; ``state`` (repeatable or comma-separated) filters."""
     found = _study(store, study, who)
     states = tuple(s for item in state or [] for s in item.split(",") if s) or None
-    bad = [s for s in states or () if s not in TRIAL_STATES]
-    if bad:
-        raise HTTPException(422, f"unknown state(s) {bad}: use {list(TRIAL_STATES)}")
     trials = store.list_trials(found.id, states, limit=limit, offset=offset)
     total = sum(n for s, n in store.count_trials(found.id).items() if not states or s in states)
     return TrialPage(trials=[TrialOut.of(t) for t in trials], total=total, limit=limit,
                      offset=offset)
 
 
-@router.post("/{study}/trials", status_code=201, response_model=TrialOut)
+@router.post("/{study}/trials", status_code=201, response_model=TrialOut,
+             responses=documented(400, 401, 403, 404, 409, 422, e409=(
+                 "the study is closed or finished, its `max_trials` budget is spent (search."
+                 "algorithm external), or its spec has no search section"), e422=(
+                 "the body does not validate, or the point is outside the study's "
+                 "search.space (`detail` names each problem)")))
 def enqueue_trial(study: StudyRef, body: TrialEnqueue, store: Store, who: Who) -> TrialOut:
-    """An external optimizer's point: validated against the space, queued for the controller."""
+    """An external optimizer's point: validated against the space, queued for the controller,
+    which runs queued trials in the order they were enqueued."""
     found = _study(store, study, who, write=True)
+    _check_open(store, found)
     searching.validate_hparams(found, body.hparams)
     trial = store.create_trial(found.id, body.hparams, source="external", state="queued")
     metrics.TRIALS_ENQUEUED.inc()
     return TrialOut.of(trial)
 
 
-@router.post("/{study}/ask", response_model=AskOut)
+@router.post("/{study}/ask", response_model=AskOut,
+             responses=documented(400, 401, 403, 404, 409, 422,
+                                  e409="the study's spec has no search.space to search"))
 def ask(study: StudyRef, store: Store, who: Who,
         n: Annotated[int, Query(ge=1, le=256)] = 1) -> AskOut:
     """``n`` points proposed by the study's own searcher (nothing is enqueued)."""
@@ -111,7 +127,8 @@ def ask(study: StudyRef, store: Store, who: Who,
     return AskOut(points=points, exhausted=exhausted)
 
 
-@router.get("/{study}/epochs", response_model=dict[str, list[EpochOut]])
+@router.get("/{study}/epochs", response_model=dict[str, list[EpochOut]],
+            responses=documented(400, 401, 403, 404, 422))
 def study_epochs(study: StudyRef, store: Store, who: Who,
                  limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
                  offset: Annotated[int, Query(ge=0, le=2**31)] = 0) -> Response:
@@ -122,3 +139,30 @@ def study_epochs(study: StudyRef, store: Store, who: Who,
     # the stored bodies as they are, not through EpochReport and the response model: a
     # 1,000-trial page holds 20,000 reports, and those steps cost more than the query
     return SafeJSON({str(tid): reports for tid, reports in epochs.items()})
+
+
+@router.post("/{study}/close", response_model=StudyOut,
+             responses=documented(400, 401, 403, 404, 422))
+def close_study(study: StudyRef, store: Store, who: Who) -> StudyOut:
+    """No more trials will be enqueued: the campaign runs the trials already queued or running
+    and ends (an external optimizer's last call). Closing a closed or finished study is a
+    no-op."""
+    found = _study(store, study, who, write=True)
+    if found.state not in ("closed", "finished"):
+        store.set_study_state(found.id, "closed")
+        found = store.get_study(found.id)
+    return StudyOut.of(found)
+
+
+def _check_open(store: SqlStore, study: Study) -> None:
+    """Enqueueing needs a study that still takes trials (and, for search.algorithm external,
+    one whose ``max_trials`` are not all there yet)."""
+    if study.state in ("closed", "finished"):
+        raise ConflictError(f"study '{study.name}' is {study.state}: it takes no more trials",
+                            hint="create a new study (a new spec name) to run more")
+    search = study.spec.get("search") or {}
+    budget = search.get("max_trials")
+    if search.get("algorithm") == "external" and isinstance(budget, int):
+        if sum(store.count_trials(study.id).values()) >= budget:
+            raise ConflictError(f"study '{study.name}' has all its {budget} trials (max_trials)",
+                                hint="wait for them to finish, then close the study")

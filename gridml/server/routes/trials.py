@@ -11,6 +11,7 @@ from gridml.errors import ConflictError
 from gridml.server import metrics, searching
 from gridml.store.sql.convert import utcnow
 from gridml.server.deps import Principal, Store, Who, can_read_trial, can_write_trial
+from gridml.server.errors import documented
 from gridml.server.schemas import (
     EpochAck,
     EpochIn,
@@ -39,14 +40,17 @@ async def _writable_async(store: Store, trial: int, who: Principal) -> None:
         await run_in_threadpool(_writable, store, trial, who)
 
 
-@router.get("/{trial}", response_model=TrialOut)
+@router.get("/{trial}", response_model=TrialOut, responses=documented(400, 401, 403, 404, 422))
 def get_trial(trial: TrialId, store: Store, who: Who) -> TrialOut:
     found = store.get_trial(trial)
     can_read_trial(who, found)
     return TrialOut.of(found)
 
 
-@router.post("/{trial}/epochs", response_model=EpochAck)
+@router.post("/{trial}/epochs", status_code=201, response_model=EpochAck, responses={
+    200: {"model": EpochAck, "description": "the same report was stored before (a no-op)"},
+    **documented(400, 401, 403, 404, 409, 422,
+                 e409="a different report is stored for this epoch (reports are write-once)")})
 async def post_epoch(trial: TrialId, body: EpochIn, store: Store, who: Who, request: Request,
                      response: Response) -> EpochAck:
     """One epoch's report; a repeat of the same body is a no-op (200), another body is 409.
@@ -58,13 +62,15 @@ async def post_epoch(trial: TrialId, body: EpochIn, store: Store, who: Who, requ
     return EpochAck(trial_id=trial, epoch=body.epoch, stored=stored)
 
 
-@router.get("/{trial}/epochs", response_model=list[EpochOut])
+@router.get("/{trial}/epochs", response_model=list[EpochOut],
+            responses=documented(400, 401, 403, 404, 422))
 def list_epochs(trial: TrialId, store: Store, who: Who) -> list[EpochOut]:
     can_read_trial(who, store.get_trial(trial))
     return [EpochOut(**r.to_json()) for r in store.list_epochs(trial)]
 
 
-@router.post("/{trial}/heartbeat", response_model=Heartbeat)
+@router.post("/{trial}/heartbeat", response_model=Heartbeat,
+             responses=documented(400, 401, 403, 404, 422))
 def heartbeat(trial: TrialId, store: Store, who: Who) -> Heartbeat:
     _writable(store, trial, who)
     store.heartbeat(trial)
@@ -72,7 +78,9 @@ def heartbeat(trial: TrialId, store: Store, who: Who) -> Heartbeat:
     return Heartbeat(trial_id=trial, last_heartbeat=found.last_heartbeat, state=found.state)
 
 
-@router.post("/{trial}/finish", response_model=TrialOut)
+@router.post("/{trial}/finish", response_model=TrialOut,
+             responses=documented(400, 401, 403, 404, 409, 422,
+                                  e409="the trial already finished in another state"))
 def finish(trial: TrialId, body: FinishIn, store: Store, who: Who) -> TrialOut:
     """Mark the trial finished; the objective defaults to the last epoch's objective metric."""
     _writable(store, trial, who)
@@ -95,7 +103,8 @@ def _repeat_finish(found: Trial, body: FinishIn) -> Trial:
     return found
 
 
-@router.get("/{trial}/should-stop", response_model=ShouldStop)
+@router.get("/{trial}/should-stop", response_model=ShouldStop,
+            responses=documented(400, 401, 403, 404, 422))
 def should_stop(trial: TrialId, store: Store, who: Who) -> ShouldStop:
     """The study's early-stopping decision for this trial, from the stored curves."""
     found = store.get_trial(trial)

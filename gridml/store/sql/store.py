@@ -25,7 +25,8 @@ from gridml.store.sql.errors import guarded
 from gridml.store.sql.models import EpochRow, OutputRow, StudyRow, TokenRow, TrialRow
 from gridml.store.sql.tokens import TokensMixin, new_token
 
-STUDY_STATES = ("running", "finished", "stopped")
+# closed: its external optimizer is done, no more trials are enqueued (the campaign drains)
+STUDY_STATES = ("running", "finished", "stopped", "closed")
 UPDATABLE = {"state", "objective", "error", "external_id", "attempts", "started", "finished",
              "outputs", "hparams", "epochs_done", "last_heartbeat"}
 MAX_ID = 2**31 - 1  # ids are 32-bit INTEGER columns (PostgreSQL)
