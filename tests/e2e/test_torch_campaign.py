@@ -55,3 +55,21 @@ def test_torch_campaign_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     run = subprocess.run([sys.executable, "-c", code, str(dest / f"{prefix}model.onnx")],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-2000:]
+
+
+def test_gridml_scale_with_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
+    train, val = make_registered_sample_data(tmp_path, n_train=1200, n_val=200)
+    spec = write_spec(
+        tmp_path / "spec.yaml", "tsc", train, val,
+        payload=f"payload:\n  framework: torch\n  model: {ROOT / 'examples/models/deepsets_torch.py'}\n",
+        training="training:\n  epochs: 2\n  batch_size: 128\n  workers: 2\n")
+    doc = json.loads(gridml("scale", str(spec), "--workers", "1,2", "--hparams",
+                            '{"learning_rate": 0.01, "units": 16, "dropout": 0.1, "activation": "relu"}',
+                            "--json", timeout=900).stdout)
+    rows = doc["rows"]
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert all(r["samples_per_s"] > 0 and r["epoch_time"] > 0 for r in rows)
+    assert rows[1]["global_batch"] == 128
