@@ -120,7 +120,7 @@ def gridml_torch(path: Path) -> tuple[int, float]:
     loader = ShardedLoader(src, ["x"], "y", batch=BATCH, seed=1, window=8, prefetch=8,
                            cache=BlockCache(0))
     t0, n = time.perf_counter(), 0
-    for x, y in batches(loader, [0], torch.device("cpu")):
+    for _x, y in batches(loader, [0], torch.device("cpu")):
         n += int(y.shape[0])
     dt = time.perf_counter() - t0
     loader.close()
