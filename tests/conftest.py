@@ -43,8 +43,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_user_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Each test its own GRIDML_HOME (one test's studies never show up in another's listing)."""
-    monkeypatch.setenv("GRIDML_HOME", str(tmp_path_factory.mktemp("home")))
+    """Each test its own GRIDML_HOME (one test's studies never show up in another's listing),
+    unless a module-scoped fixture already set one inside this run's temporary folder."""
+    current = os.environ.get("GRIDML_HOME", "")
+    if not current.startswith(str(tmp_path_factory.getbasetemp())):
+        monkeypatch.setenv("GRIDML_HOME", str(tmp_path_factory.mktemp("home")))
 
 
 @pytest.fixture(scope="session")

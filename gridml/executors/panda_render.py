@@ -15,7 +15,7 @@ exec string ``python -m payloads.pilot_wrapper ...``. Where gridml differs from 
 * ``disableAutoRetry`` and ``skipScout``: gridml's controller decides about retries (``retryTask``),
   and a one-job task has nothing to scout;
 * ``coreCount`` takes any number of cores (prun's ``--nCore`` offers only 1 or 8);
-* ``useLocalIO``: the inputs are always copied into the job's directory (the wrapper checks them).
+* ``useLocalIO`` (prun's ``--forceStaged``): inputs are always copied into the job's directory.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def render_task_params(t: PandaTask) -> dict[str, Any]:
         "nFiles": t.n_train, "nFilesPerJob": t.n_train, "nMaxFilesPerJob": max(200, t.n_train),
         "cliParams": t.cli_params, "skipScout": True, "disableAutoRetry": 1,
         "respectSplitRule": True,
-        # the pilot copies the inputs into the job's directory (prun's --useLocalIO): the wrapper
+        # the pilot copies the inputs into the job's directory (prun's --forceStaged): the wrapper
         # checks them there, by size and adler32, and sites that read inputs in place break it
         "useLocalIO": 1,
         "maxWalltime": max(1, math.ceil(t.walltime_s / 3600)),

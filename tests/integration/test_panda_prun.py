@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from gridml.executors.panda_render import PandaTask, exec_string, job_command, render_task_params
+from gridml.planner import OUTPUT_FILES
 
 pytestmark = [pytest.mark.slow]
 
 SERVER = "https://pandaserver.example.org:25443/server/panda"
-OUTPUTS = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json")
+OUTPUTS = OUTPUT_FILES  # what gridml stages out
 GRIDML_ONLY = {"skipScout", "disableAutoRetry"}  # gridml's own choices (see panda_render)
 PRUN_ONLY = {"osInfo"}  # the submitting host's OS, informational
 DIFFERENT = {"cliParams"}  # the command line that made the task
@@ -51,7 +52,7 @@ def prun_params(tmp: Path, task: PandaTask) -> dict[str, object]:
             "--containerImage", str(task.container), "--architecture", "#&nvidia:vram>=16384",
             "--nCore", "8", "--memory", "2048", "--maxWalltime", "2", "--noBuild",
             "--site", str(task.site), "--destSE", str(task.rse), "--workingGroup", "phys-higgs",
-            "--nFiles", "2", "--nFilesPerJob", "2"]
+            "--nFiles", "2", "--nFilesPerJob", "2", "--forceStaged"]
     code = ("import json, sys; from pandaclient import PrunScript; sys.argv = ['prun']; "
             "m = PrunScript.main(get_taskparams=True, dry_mode=True, ext_args=json.loads(sys.argv_json)); "
             "print('@@' + json.dumps(m))").replace("sys.argv_json", repr(json.dumps(args)))
