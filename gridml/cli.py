@@ -114,6 +114,9 @@ def submit(spec: Path = typer.Argument(..., help="training spec (YAML)"),
             print(json.dumps(rendered, indent=2, sort_keys=True))
         else:
             for task in rendered:
+                if "script" in task:  # Slurm: the exact batch script, as sbatch gets it
+                    print(f"# {task['script_path']}\n{task['script']}")
+                    continue
                 out.print_json(json.dumps(task, default=str))
         return
     _run(loaded, dm, quiet)
@@ -193,7 +196,9 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
     s = doc["study"]
     table = Table(title=f"study {s['name']} ({s['state']}): {s['n_trials']}/{s['max_trials']} trials, "
                         f"{s['objective']} ({s['direction']})")
-    for col in ("trial", "state", "epochs", s["objective"], "s/epoch", "input wait", "hyperparameters"):
+    jobs = _batch_jobs(s["name"], doc["trials"])
+    for col in ("trial", "state", *(["job"] if jobs else []), "epochs", s["objective"], "s/epoch",
+                "input wait", "hyperparameters"):
         table.add_column(col)
     best_id = s["best"]["id"] if s["best"] else None
     for t in doc["trials"]:
@@ -201,8 +206,8 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
         tpe = "-" if t["time_per_epoch"] is None else f"{t['time_per_epoch']:.2f}"
         wait = "-" if t["input_wait_frac"] is None else f"{100 * t['input_wait_frac']:.0f}%" + (
             " input-bound" if t["input_bound"] else "")
-        table.add_row(str(t["number"]), t["state"], str(t["epochs_done"]), obj, tpe, wait,
-                      _hparams(t["hparams"]))
+        table.add_row(str(t["number"]), t["state"], *([jobs.get(t["number"], "-")] if jobs else []),
+                      str(t["epochs_done"]), obj, tpe, wait, _hparams(t["hparams"]))
     out.print(table)
     for t in doc["trials"]:
         if t["state"] == "failed" and t["error"]:
@@ -212,6 +217,22 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
     if s.get("importance"):
         top = list(s["importance"].items())[:5]
         out.print("parameter importance (fANOVA): " + ", ".join(f"{k} {v:.0%}" for k, v in top))
+
+
+def _batch_jobs(study: str, trials: list[dict[str, Any]]) -> dict[int, str]:
+    """Trial number -> "<job id> <Slurm state>" for trials run as Slurm jobs (their journal)."""
+    from gridml.executors.slurm_journal import last_state
+    from gridml.settings import settings
+
+    jobs: dict[int, str] = {}
+    for t in trials:
+        if not str(t.get("external_id") or "").startswith("slurm:"):
+            continue
+        seen = last_state(settings().runs_dir / study / f"trial-{t['number']:04d}") or {}
+        state = seen.get("state") or "?"
+        jobs[t["number"]] = f"{seen.get('job_id') or t['external_id'].split(':')[-1]} {state}" \
+            + (" (cancelled)" if seen.get("killed") and state not in ("CANCELLED", "REQUEUED") else "")
+    return jobs
 
 
 def _hparams(hp: dict[str, Any]) -> str:

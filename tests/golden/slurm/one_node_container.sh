@@ -1,0 +1,60 @@
+# <DRYRUN>/runs/dry-one-node-container/trial-0000/attempt-1/job.sh
+#!/bin/bash
+# gridml: study dry-one-node-container, trial 0, attempt 1; submitted with sbatch
+#SBATCH --job-name=gridml.dry-one-node-container.trial-0000
+#SBATCH --comment=gridml-attempt-1
+#SBATCH --chdir=<DRYRUN>/runs/dry-one-node-container/trial-0000/attempt-1
+#SBATCH --output=<DRYRUN>/runs/dry-one-node-container/trial-0000/attempt-1/payload.log
+#SBATCH --open-mode=append
+#SBATCH --nodes=1
+#SBATCH --ntasks=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=8192M
+#SBATCH --time=1-06:00:00
+#SBATCH --qos=short
+#SBATCH --no-requeue
+set -uo pipefail
+export PATH=<ENV>/bin:"$PATH"
+export GRIDML_TRIAL_DIR=<DRYRUN>/runs/dry-one-node-container/trial-0000
+export HOROVOD_GLOO_TIMEOUT_SECONDS=300
+export HOROVOD_START_TIMEOUT=300
+# OpenMPI refuses root without these (containers, test clusters)
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
+rm -f exit_code
+apptainer exec /sw/images/gridml.sif horovodrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-container/trial-0000/attempt-1/trial.json
+code=$?
+echo $code > exit_code.tmp && mv exit_code.tmp exit_code
+exit $code
+
+# <DRYRUN>/runs/dry-one-node-container/trial-0001/attempt-1/job.sh
+#!/bin/bash
+# gridml: study dry-one-node-container, trial 1, attempt 1; submitted with sbatch
+#SBATCH --job-name=gridml.dry-one-node-container.trial-0001
+#SBATCH --comment=gridml-attempt-1
+#SBATCH --chdir=<DRYRUN>/runs/dry-one-node-container/trial-0001/attempt-1
+#SBATCH --output=<DRYRUN>/runs/dry-one-node-container/trial-0001/attempt-1/payload.log
+#SBATCH --open-mode=append
+#SBATCH --nodes=1
+#SBATCH --ntasks=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=8192M
+#SBATCH --time=1-06:00:00
+#SBATCH --qos=short
+#SBATCH --no-requeue
+set -uo pipefail
+export PATH=<ENV>/bin:"$PATH"
+export GRIDML_TRIAL_DIR=<DRYRUN>/runs/dry-one-node-container/trial-0001
+export HOROVOD_GLOO_TIMEOUT_SECONDS=300
+export HOROVOD_START_TIMEOUT=300
+# OpenMPI refuses root without these (containers, test clusters)
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
+rm -f exit_code
+apptainer exec /sw/images/gridml.sif horovodrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-container/trial-0001/attempt-1/trial.json
+code=$?
+echo $code > exit_code.tmp && mv exit_code.tmp exit_code
+exit $code
+
