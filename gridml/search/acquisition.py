@@ -4,10 +4,10 @@ Each point of a batch maximises its acquisition over a bounded candidate set: a 
 per batch (``candidates`` uniform draws and draws around the best observations) whose posterior
 mean and variance follow every added point by rank-k updates (``Posterior.track``), four shrinking
 rounds of perturbations around the 8 best pool members, and L-BFGS-B over the real-valued features
-from the two best (central differences, one vectorised posterior call per step). Above ``LOCAL``
-rows the rounds and the polish run on the posterior of the ``LOCAL`` observations nearest to each
-start (a 200-row Cholesky instead of the whole one), and their results are scored exactly. The
-chosen point is then added to the posterior with the liar's value (the best observation,
+from the two best (central differences, one vectorised posterior call per step). Above
+``LOCAL_ABOVE`` (500) rows the rounds and the polish run on the posterior of the ``LOCAL`` (200)
+observations nearest to each start (a small Cholesky factor instead of the whole one), and their
+results are scored exactly. The chosen point is then added to the posterior with the liar's value (the best observation,
 ``liar: min``) so the next point of the batch goes elsewhere; pending trials are added the same
 way before the first point.
 
@@ -36,7 +36,8 @@ PER_START = 32  # perturbations per start and round
 TOP_OBSERVED = 5  # observations whose neighbourhoods are sampled
 POLISH = 2  # best local results polished by L-BFGS-B over the real-valued features
 POLISH_ITERATIONS = 30
-LOCAL = 200  # above this many rows, polishing uses the posterior of the nearest ones
+LOCAL = 200  # rows of the local posteriors that refine and polish ...
+LOCAL_ABOVE = 500  # ... once the posterior has more rows than this (below, exact is cheaper)
 LIARS: dict[str, Callable[[np.ndarray], Any]] = {"min": np.min, "mean": np.mean, "max": np.max}
 
 Score = Callable[[np.ndarray], np.ndarray]
@@ -92,13 +93,14 @@ class Batch:
         score = self._acquire(*self.post.predict_pool())
         order = np.argsort(-score)[:STARTS]
         starts, start_score = pool[order], score[order]
-        if len(self.post.y) > LOCAL:  # refine on the posteriors of the nearest observations
+        local = len(self.post.y) > LOCAL_ABOVE
+        if local:  # refine on the posteriors of the nearest observations
             locals_ = [self._local(x) for x in starts]
             start_score = np.concatenate([self._scorer(p)(x[None]) for p, x in zip(locals_, starts)])
         found, found_score = [pool], [score]
         for r in RADII:
             trial = self._around(starts, r, PER_START)
-            if len(self.post.y) > LOCAL:
+            if local:
                 per = trial.reshape(len(starts), PER_START, -1)
                 t_score = np.vstack([self._scorer(p)(rows) for p, rows in zip(locals_, per)])
             else:
@@ -110,7 +112,7 @@ class Batch:
             starts[better] = trial.reshape(len(starts), PER_START, -1)[better, j[better]]
             start_score = np.maximum(start_score, t_score.max(axis=1))
         polished = np.array([self._polish(x) for x in starts[np.argsort(-start_score)[:POLISH]]])
-        if len(self.post.y) > LOCAL:  # the refined points, scored exactly
+        if local:  # the refined points, scored exactly
             polished = np.vstack([starts, polished])
         found.append(polished)
         found_score.append(self.score(polished))
@@ -151,7 +153,7 @@ class Batch:
         included) when there are more: polishing on it reads a small Cholesky factor at every
         step instead of the whole one; the polished points are then scored exactly."""
         post = self.post
-        if len(post.y) <= LOCAL:
+        if len(post.y) <= LOCAL_ABOVE:
             return post
         d2 = (((post.feats - x) * post.inv_scale) ** 2).sum(axis=1)
         near = np.sort(np.argpartition(d2, LOCAL)[:LOCAL])

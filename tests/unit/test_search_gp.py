@@ -123,8 +123,8 @@ def test_bayes_ask_8_at_1000_observations_is_fast():
     rng = np.random.default_rng(0)
     points = [{f"x{i}": float(v) for i, v in enumerate(r)} for r in rng.random((1000, 6))]
     values = [float(np.sin(3 * sum(p.values()))) for p in points]
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: the machine's load from other work does not count
     s = search.create("bayes", space, seed=1)
     s.tell(points, values)
     assert len(s.ask(8)) == 8
-    assert time.perf_counter() - t0 < 3.0  # ~0.4 s on 2 shared cores; generous for CI load
+    assert time.process_time() - t0 < 2.0  # ~0.4 s; room for slower CPUs
