@@ -35,6 +35,9 @@ from gridml.store import (
 )
 
 log = logging.getLogger("gridml.controller")
+# search.algorithm external: how long a campaign whose trials are all done waits for its
+# external optimizer to close the study (it reads the last results first) before it ends
+EXTERNAL_GRACE_S = 60.0
 # what a trial leaves in its outputs folder that goes into the study's output dataset
 OUTPUT_SUFFIXES = (".keras", ".h5", ".pt", ".onnx", ".png", ".jsonl", ".json", ".py")
 
@@ -86,6 +89,7 @@ class Campaign:
     _inputs: dict[str, list[FileInfo]] = field(init=False, default_factory=dict)
     _handles: dict[int, str] = field(init=False, default_factory=dict)
     _exhausted: bool = field(init=False, default=False)  # the searcher has nothing new left
+    _done_at: float | None = field(init=False, default=None)  # external: all trials finished
 
     def __post_init__(self) -> None:
         self.study = ensure_study(self.store, self.loaded)
@@ -94,7 +98,8 @@ class Campaign:
     # ---- the loop -------------------------------------------------------------------------
     def run(self) -> Study:
         """Drive the campaign to its end; Ctrl-C stops every trial and leaves it resumable."""
-        self.store.set_study_state(self.study.id, "running")
+        if not self._closed():  # (a closed study stays closed: resume only drains it)
+            self.store.set_study_state(self.study.id, "running")
         try:
             while not self.step():
                 time.sleep(self.poll_s)
@@ -116,7 +121,23 @@ class Campaign:
         if self.on_cycle:
             self.on_cycle(self.study, trials)
         active = [t for t in trials if t.state in ACTIVE_STATES]
-        return not active and (len(trials) >= self.spec.search.max_trials or self._exhausted)
+        # search.algorithm external proposes nothing and is never exhausted: the campaign waits
+        # for enqueued points until max_trials are done, or until the external optimizer closes
+        # the study (POST /api/v1/studies/{study}/close: what is queued or running still runs)
+        if active:
+            return False
+        if self._closed():
+            return True
+        done = len(trials) >= self.spec.search.max_trials or self._exhausted
+        if done and self.spec.search.algorithm == "external":
+            # the external optimizer has yet to read the last results (and close the study):
+            # the API stays up for it a while
+            self._done_at = self._done_at or time.monotonic()
+            return time.monotonic() - self._done_at > EXTERNAL_GRACE_S
+        return done
+
+    def _closed(self) -> bool:
+        return self.store.get_study(self.study.id).state == "closed"
 
     # ---- proposing and submitting ---------------------------------------------------------
     def _fill_slots(self, trials: list[Trial]) -> None:
@@ -304,7 +325,8 @@ class Campaign:
             self._add_free_attempt(trial)
             self.store.update_trial(trial.id, state="queued", error="interrupted (Ctrl-C)")
         self.executor.close()
-        self.store.set_study_state(self.study.id, "stopped")
+        if not self._closed():
+            self.store.set_study_state(self.study.id, "stopped")
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
@@ -78,13 +79,20 @@ def run_local(loaded: LoadedSpec, data: DataManager, *, quiet: bool = False,
     store = open_sql_store(cfg.db_url)  # a campaign writes: the SQL store
     _log_to(cfg.runs_dir / loaded.spec.name / "controller.log")
     with ExitStack() as stack:
-        server = _embedded_server(cfg.db_url, cfg.runs_dir / loaded.spec.name)
+        study_dir = cfg.runs_dir / loaded.spec.name
+        server = _embedded_server(cfg.db_url, study_dir)
         stack.callback(server.stop)
+        campaign = Campaign(loaded, store, _executor(loaded, data, cfg.runs_dir, dry_run=False), data, cfg.runs_dir,
+                            api_url=server.url)
+        record = _record_api(study_dir / "api.json", str(server.url),
+                             _study_token(store, campaign.study, study_dir / "api.json"))
+        if loaded.spec.search.algorithm == "external":
+            console.print(f"external optimizer: API {server.url}  study {campaign.study.name}  "
+                          f"token {record['token']}  (also in {study_dir / 'api.json'})")
         live = stack.enter_context(Live(console=console, refresh_per_second=2, transient=False)) \
             if not quiet else None
-        campaign = Campaign(loaded, store, _executor(loaded, data, cfg.runs_dir, dry_run=False), data, cfg.runs_dir,
-                            api_url=server.url,
-                            on_cycle=(lambda s, t: live.update(progress_table(s, t))) if live else None)
+        if live:
+            campaign.on_cycle = lambda s, t: live.update(progress_table(s, t))
         if fixed and not store.list_trials(campaign.study.id):
             for point in fixed:
                 store.create_trial(campaign.study.id, point, source="fixed")
@@ -109,10 +117,35 @@ def _embedded_server(db_url: str, study_dir: Path) -> Any:
     except OSError:  # taken by something else now: any free port
         server = EmbeddedServer(db_url)
         server.start()
-    study_dir.mkdir(parents=True, exist_ok=True)
-    url = str(server.url)
-    record.write_text(json.dumps({"url": url, "port": int(url.rsplit(":", 1)[1])}))
     return server
+
+
+def _study_token(store: Any, study: Study, record: Path) -> str:
+    """A study token for an external optimizer: the study's first one (just created), the one
+    in ``api.json`` if still valid, else one more."""
+    if study.token:
+        return study.token
+    try:
+        old = json.loads(record.read_text()).get("token")
+    except (OSError, ValueError, AttributeError):
+        old = None
+    if isinstance(old, str) and store.check_study_token(study.id, old):
+        return old
+    return str(store.issue_study_token(study.id))
+
+
+def _record_api(record: Path, url: str, token: str) -> dict[str, Any]:
+    """``runs/<study>/api.json``: ``{"url", "token", "port"}`` (the port: the next run takes it
+    again if free), readable by the user only (it holds the study token)."""
+    data = {"url": url, "token": token, "port": int(url.rsplit(":", 1)[1])}
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data))
+    tmp.rename(record)
+    return data
 
 
 def finish_study(store: MetricsStore, study: Study, data: DataManager, loaded: LoadedSpec) -> None:

@@ -60,7 +60,9 @@ class CampaignService:
         """One step of every grid campaign; returns how many are still running."""
         running = 0
         for study in self.store.list_studies():
-            if study.state != "running" or study.spec.get("backend", {}).get("executor", "local") == "local":
+            # (closed: its external optimizer is done; the campaign still runs what is queued)
+            if study.state not in ("running", "closed") \
+                    or study.spec.get("backend", {}).get("executor", "local") == "local":
                 continue
             try:
                 if self._campaign(study).step():

@@ -29,6 +29,7 @@ ALGORITHMS = {
     "random": "gridml.search.random:RandomSearcher",
     "grid": "gridml.search.grid:GridSearcher",
     "evolution": "gridml.search.evolution:EvolutionSearcher",
+    "external": "gridml.search.external:ExternalSearcher",  # proposes nothing: points come over the API
 }
 
 __all__ = ["ALGORITHMS", "BaseSearcher", "Point", "Searcher", "create", "point_problems",

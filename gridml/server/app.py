@@ -41,7 +41,7 @@ def _install_errors(app: FastAPI) -> None:
         headers = dict(exc.headers or {})
         hint = None
         if exc.status_code == 405:  # Starlette names only the first matching route's methods
-            allowed = _allowed_methods(app, request.url.path)
+            allowed = _allowed_methods(app, request.scope)
             headers["Allow"] = ", ".join(allowed)
             hint = f"{request.url.path} takes {' and '.join(allowed)}"
         return SafeJSON({"detail": str(exc.detail), "hint": hint}, status_code=exc.status_code,
@@ -57,14 +57,14 @@ def _install_errors(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, invalid_request)
 
 
-def _allowed_methods(app: FastAPI, path: str) -> list[str]:
-    """The methods of every route whose path matches (GET and POST may be two routes)."""
-    methods: set[str] = set()
-    for route in app.router.routes:
-        regex, route_methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
-        if regex is not None and route_methods and regex.match(path):
-            methods |= set(route_methods)
-    return sorted(methods)
+def _allowed_methods(app: FastAPI, scope: Any) -> list[str]:
+    """The methods some route serves at this path (GET and POST may be two routes; routers
+    are nested, so ask each route whether it would take the request with that method)."""
+    from starlette.routing import Match
+
+    return [method for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+            if any(route.matches({**scope, "method": method})[0] == Match.FULL
+                   for route in app.router.routes)]
 
 
 def validation_body(errors: Any) -> dict[str, Any]:

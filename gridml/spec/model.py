@@ -83,13 +83,15 @@ class Dimension(_Strict):
 
 
 class Search(_Strict):
-    algorithm: Literal["bayes", "skopt", "optuna", "random", "grid", "evolution"] = "bayes"
+    algorithm: Literal["bayes", "skopt", "optuna", "random", "grid", "evolution",
+                       "external"] = "bayes"  # external: the points come over the API
     objective: str = "val_loss"
     direction: Literal["minimize", "maximize"] = "minimize"
     max_trials: int = Field(8, ge=1)
     parallel: int = Field(1, ge=1, description="trials running at once")
     seed: int = 0
-    space: dict[str, Dimension] = Field(min_length=1)
+    space: dict[str, Dimension] = Field(default_factory=dict, description="empty only for "
+                                        "algorithm external (then any enqueued point is taken)")
     early_stopping: dict[str, Any] | None = None
     options: dict[str, Any] = Field(default_factory=dict, description="searcher options, e.g. grid_points")
     warm_start: list[str] = Field(default_factory=list, description="earlier studies (same "
@@ -99,6 +101,9 @@ class Search(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Search:
+        if not self.space and self.algorithm != "external":
+            raise ValueError("space: give at least one parameter (only algorithm: external, "
+                             "whose points come over the API, may leave it out)")
         if self.parallel > self.max_trials:
             raise ValueError(f"parallel: {self.parallel} is more than max_trials "
                              f"({self.max_trials}); lower parallel to at most {self.max_trials}")

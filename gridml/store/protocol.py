@@ -40,6 +40,7 @@ class TokenStore(Protocol):
     """Study and trial bearer tokens (stored as sha256 only)."""
 
     def check_study_token(self, study_id: int, token: str) -> bool: ...
+    def issue_study_token(self, study_id: int) -> str: ...  # one more (the others stay valid)
     def issue_trial_token(self, trial_id: int) -> str: ...  # new token (old one revoked)
     def check_trial_token(self, trial_id: int, token: str) -> bool: ...
     def resolve_token(self, token: str) -> tuple[int, int | None] | None: ...  # (study, trial)

@@ -40,6 +40,15 @@ class TokensMixin:
                                .where(TokenRow.token_hash == convert.sha256(token))).first()
         return None if row is None else (row[0], row[1])
 
+    def issue_study_token(self, study_id: int) -> str:
+        """One more token for the study (the ones handed out before keep working): for
+        `gridml submit`/`resume` of a study whose first token is not at hand."""
+        token = new_token("study")
+        with self._write() as s:
+            s.add(TokenRow(token_hash=convert.sha256(token), study_id=study_id, trial_id=None,
+                           created=utcnow()))
+        return token
+
     def issue_trial_token(self, trial_id: int) -> str:
         token = new_token("trial")
         with self._write() as s:
