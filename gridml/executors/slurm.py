@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import sys
 import time
 from pathlib import Path
@@ -58,6 +59,10 @@ PAYLOAD = {"FAILED": "the payload failed", "TIMEOUT": "it hit its walltime (reso
            "DEADLINE": "it reached its deadline"}
 OVER = ("COMPLETED", "CANCELLED", *LOST, *PAYLOAD)
 CACHE_S = 1.0  # one squeue for every job of this executor per second at most
+# what a rank's launcher prints when a peer node vanished under it (OpenMPI/ORTE, Horovod, Gloo)
+PEER_LOST = re.compile(r"lost communication with a remote daemon|ORTE daemon has unexpectedly "
+                       r"failed|orted.*(died|terminated)|Connection (reset|closed) by peer|"
+                       r"HorovodInternalError|Gloo.*(timed out|Connection)", re.I)
 
 
 def job_id_of(handle: str) -> str:
@@ -133,6 +138,8 @@ class SlurmExecutor:
         self._seen: dict[str, cli.JobInfo] = {}
         self._seen_at = 0.0
         self._final: dict[str, TaskStatus] = {}
+        self._suspect: dict[str, float] = {}  # job id -> when its failure was first seen
+        self._node_timeout: float | None = None
 
     # -- submit ------------------------------------------------------------------------------
     def submit(self, req: TaskRequest) -> str:
@@ -216,6 +223,8 @@ class SlurmExecutor:
                 self._cancel_requeued(job_id, workdir, attempt)
                 info = cli.JobInfo(job_id, "REQUEUED", info.reason, info.nodes, info.restarts)
             status = trial_status(info, run, killed=killed)
+            if info.state == "FAILED" and not killed:
+                status = self._lost_node_or(status, info)
             if entry.get("state") != info.state or entry.get("nodes") != info.nodes:
                 journal.update_attempt(workdir, attempt, state=info.state, nodes=info.nodes)
         if status.state in ("completed", "failed", "killed") and (info is None or info.state in OVER
@@ -229,6 +238,33 @@ class SlurmExecutor:
             self._seen = cli.queue(ids)
             self._seen_at = time.monotonic()
         return self._seen.get(job_id)
+
+    def _lost_node_or(self, status: TaskStatus, info: cli.JobInfo) -> TaskStatus:
+        """A multi-node job whose ranks died because a peer vanished: its batch script often ends
+        (FAILED) before Slurm notices the node is gone (SlurmdTimeout). Such a failure is held
+        back, as "running", until Slurm has had the time to mark the node down; if it does, the
+        job counts as lost to the infrastructure (no retry used), else as the payload's failure."""
+        if "," not in info.nodes and "[" not in info.nodes or not PEER_LOST.search(status.log_tail):
+            return status
+        try:
+            lost = cli.lost_nodes(info.nodes)
+            if self._node_timeout is None:
+                self._node_timeout = cli.slurmd_timeout_s()
+        except ExecutorError as exc:
+            log.warning("slurm:%s: node states unknown: %s", info.job_id, exc)
+            lost = []
+        if lost:
+            self._suspect.pop(info.job_id, None)
+            return TaskStatus("failed", f"Slurm job {info.job_id} FAILED on {info.nodes}: node "
+                              f"{', '.join(lost)} was lost under it (Slurm marks it down), not the "
+                              "payload; resubmitted without using a retry", status.log_tail,
+                              infrastructure=True)
+        since = self._suspect.setdefault(info.job_id, time.monotonic())
+        wait = 3 * (self._node_timeout or 300.0) + 30
+        if time.monotonic() - since < wait:
+            return TaskStatus("running", f"Slurm job {info.job_id} FAILED as a peer node vanished; "
+                              f"waiting up to {wait:.0f} s for Slurm to tell whether a node was lost")
+        return status
 
     def _gone(self, job_id: str, run: Path, killed: bool) -> TaskStatus:
         """squeue no longer shows the job (MinJobAge passed): sacct, else its exit code file."""

@@ -128,6 +128,25 @@ def accounting(job_id: str) -> JobInfo | None:
     return None
 
 
+def lost_nodes(nodes: str) -> list[str]:
+    """Which of ``nodes`` (a Slurm host list) Slurm sees down, failing or not responding now."""
+    proc = _run(["sinfo", "--noheader", "-N", "-n", nodes, "-o", "%N|%t"], what="sinfo")
+    lost = []
+    for line in proc.stdout.splitlines():
+        name, _, state = line.partition("|")
+        state = state.strip()
+        if state.endswith("*") or state.startswith(("down", "drain", "fail", "boot")):
+            lost.append(name.strip())
+    return sorted(set(lost))
+
+
+def slurmd_timeout_s() -> float:
+    """The cluster's SlurmdTimeout: how long a lost node may go unnoticed (default 300 s)."""
+    proc = _run(["scontrol", "show", "config"], what="scontrol show config")
+    m = re.search(r"^SlurmdTimeout\s*=\s*(\d+)", proc.stdout, re.M)
+    return float(m[1]) if m else 300.0
+
+
 def cancel(job_id: str) -> None:
     proc = _run(["scancel", job_id], what=f"scancel {job_id}")
     if proc.returncode != 0:

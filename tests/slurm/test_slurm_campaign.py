@@ -1,0 +1,203 @@
+"""Campaigns on the real two-node Slurm cluster (scripts/slurm-cluster.sh): trials as batch jobs,
+one trial's ranks on both nodes, a lost node, walltime, Ctrl-C and kill -9 with resume, a bad
+partition. Small on purpose (tiny data, 1-2 epochs): CI has two cores."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import BIN, ROOT, gridml, gridml_json, make_registered_sample_data, write_spec
+from tests.slurm.slurm_fixtures import SlurmCluster
+
+pytestmark = [pytest.mark.service, pytest.mark.slow]
+
+TWO_NODES = dict(
+    training="training: {epochs: 2, batch_size: 64, workers: 2, horovod: mpi, metrics: [accuracy]}\n",
+    resources="resources: {nodes: 2, cores: 1, memory_gb: 1, walltime: 20m}\n",
+    backend="backend: {executor: slurm, data: local, server: embedded, retries: 0}\n")
+ONE_NODE = dict(
+    training="training: {epochs: 1, batch_size: 64, workers: 1, metrics: [accuracy]}\n",
+    resources="resources: {cores: 1, memory_gb: 1, walltime: 20m}\n",
+    backend="backend: {executor: slurm, data: local, server: embedded, retries: 0}\n")
+
+
+def search(max_trials: int, parallel: int) -> str:
+    return (f"search:\n  algorithm: random\n  max_trials: {max_trials}\n  parallel: {parallel}\n"
+            "  seed: 3\n  space:\n    learning_rate: {type: real, low: 1.0e-3, high: 3.0e-2, log: true}\n"
+            "    units: {type: int, low: 8, high: 16}\n")
+
+
+@pytest.fixture
+def data(tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster) -> tuple[str, str]:
+    return make_registered_sample_data(tmp_path, n_train=1200, n_val=300, files=2)
+
+
+def spec_for(tmp_path: Path, name: str, data: tuple[str, str], cluster: SlurmCluster,
+             max_trials: int, parallel: int, slurm: str = "", **sections: str) -> Path:
+    return write_spec(tmp_path / f"{name}.yaml", name, *data, search=search(max_trials, parallel),
+                      slurm=f"slurm: {{partition: {cluster.partition}{slurm}}}\n", **sections)
+
+
+def start_submit(spec: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.Popen([str(BIN / "gridml"), "submit", str(spec), "--quiet"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_resume(study: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.Popen([str(BIN / "gridml"), "resume", study, "--quiet"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_jobs(cluster: SlurmCluster, prefix: str, states: tuple[str, ...], count: int,
+              timeout: float = 300) -> list[tuple[str, str, str]]:
+    """Wait until ``count`` jobs whose name starts with ``prefix`` are in one of ``states``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = [tuple(line.split("|")) for line in cluster.squeue("-o", "%i|%j|%T").split()]
+        mine = [r for r in rows if r[1].startswith(prefix) and r[2] in states]
+        if len(mine) >= count or time.monotonic() > deadline:
+            assert len(mine) >= count, f"jobs {prefix}*: {rows}"
+            return mine  # type: ignore[return-value]
+        time.sleep(0.5)
+
+
+def jobs_of(cluster: SlurmCluster, prefix: str) -> dict[str, list[tuple[str, str]]]:
+    """Job name -> [(job id, state)] for every job of the study Slurm still shows."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for line in cluster.squeue("-o", "%i|%j|%T").split():
+        job, name, state = line.split("|")
+        if name.startswith(prefix):
+            out.setdefault(name, []).append((job, state))
+    return out
+
+
+def trial_logs(study: str, number: int) -> str:
+    runs = Path(os.environ["GRIDML_HOME"]) / "runs" / study / f"trial-{number:04d}"
+    return "\n".join(p.read_text(errors="replace") for p in sorted(runs.glob("attempt-*/payload.log")))
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 900) -> str:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"{proc.returncode}\n{out}\n{err}"
+    return out
+
+
+def test_campaign_of_two_node_trials(data: tuple[str, str], tmp_path: Path, slurm_env: SlurmCluster) -> None:
+    """4 trials, each 2 ranks on 2 nodes (one per node), real TF + Horovod over MPI; metrics from
+    the spool (the nodes cannot reach the embedded API on loopback); the best model fetched."""
+    spec = spec_for(tmp_path, "slurm-two", data, slurm_env, 4, 2, **TWO_NODES)
+    t0 = time.time()
+    gridml("submit", str(spec), "--quiet", timeout=1200)
+    doc = gridml_json("status", "slurm-two")
+    trials = doc["trials"]
+    assert [t["state"] for t in trials] == ["completed"] * 4, [(t["state"], t["error"]) for t in trials]
+    assert all(t["epochs_done"] == 2 and t["attempts"] == 1 for t in trials)
+    for t in trials:
+        assert t["external_id"].startswith("slurm:")
+        log = trial_logs("slurm-two", t["number"])
+        assert re.search(r"rank 0 on node n[12]", log) and re.search(r"rank 1 on node n[12]", log)
+        nodes = set(re.findall(r"rank \d on node (n\d)", log))
+        assert nodes == {"n1", "n2"}, log[-2000:]
+    jobs = jobs_of(slurm_env, "gridml.slurm-two.")
+    assert sorted(jobs) == [f"gridml.slurm-two.trial-{n:04d}" for n in range(4)]
+    assert all(len(v) == 1 and v[0][1] == "COMPLETED" for v in jobs.values()), jobs
+    out = tmp_path / "best"
+    gridml("fetch", "slurm-two", "--best", "-o", str(out))
+    assert any(p.suffix == ".keras" for p in out.rglob("*")), list(out.rglob("*"))
+    status = gridml("status", "slurm-two", env={"COLUMNS": "250"}).stdout
+    assert re.search(r"\d+ COMPLETED", status), status  # the job column: "<job id> <Slurm state>"
+    # submit -> first epoch stored (a figure for docs/hpc.md)
+    lags = []
+    for t in trials:
+        one = gridml_json("status", "slurm-two", "--trial", str(t["number"]))
+        print("\n", one["trial"], one["epochs"][0])
+        break
+    print(f"\n[slurm] 4 two-node trials in {time.time() - t0:.0f} s {lags}")
+
+
+def test_a_lost_node_resubmits_without_using_a_retry(data: tuple[str, str], tmp_path: Path,
+                                                     slurm_env: SlurmCluster) -> None:
+    """slurmd on n2 killed (with its processes) mid-trial: the job ends NODE_FAIL (or FAILED with
+    the node marked down), the trial is resubmitted as a new job although retries is 0."""
+    sections = dict(TWO_NODES, training="training: {epochs: 40, batch_size: 16, workers: 2, "
+                    "horovod: mpi, metrics: [accuracy]}\n")
+    spec = spec_for(tmp_path, "slurm-lost", data, slurm_env, 1, 1, **sections)
+    proc = start_submit(spec)
+    try:
+        wait_jobs(slurm_env, "gridml.slurm-lost.", ("RUNNING",), 1)
+        time.sleep(8)  # the ranks are up
+        slurm_env.node_stop("n2")
+        wait_jobs(slurm_env, "gridml.slurm-lost.", ("NODE_FAIL", "FAILED"), 1, timeout=180)
+        time.sleep(2)
+        slurm_env.node_start("n2")
+        # the campaign goes on with a new job; lower the epochs of nothing: let it finish
+        finish(proc, timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        slurm_env.node_start("n2")
+    trial = gridml_json("status", "slurm-lost")["trials"][0]
+    assert trial["state"] == "completed" and trial["attempts"] == 2, trial
+    jobs = jobs_of(slurm_env, "gridml.slurm-lost.")["gridml.slurm-lost.trial-0000"]
+    assert [s for _, s in jobs][-1] == "COMPLETED" and len(jobs) == 2, jobs
+    controller = (Path(os.environ["GRIDML_HOME"]) / "runs" / "slurm-lost" / "controller.log").read_text()
+    assert re.search(r"Slurm job \d+ (NODE_FAIL|FAILED).*no retry used|not the payload", controller), controller
+
+
+def test_ctrl_c_cancels_and_kill_9_resumes_without_a_job_twice(data: tuple[str, str], tmp_path: Path,
+                                                               slurm_env: SlurmCluster) -> None:
+    spec = spec_for(tmp_path, "slurm-stop", data, slurm_env, 2, 2, **ONE_NODE)
+    prefix = "gridml.slurm-stop."
+    proc = start_submit(spec)
+    wait_jobs(slurm_env, prefix, ("RUNNING", "PENDING"), 2)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    time.sleep(1)
+    jobs = jobs_of(slurm_env, prefix)
+    assert all(s in ("CANCELLED", "COMPLETING") for v in jobs.values() for _, s in v), jobs
+    doc = gridml_json("status", "slurm-stop")
+    assert doc["study"]["state"] == "stopped" and {t["state"] for t in doc["trials"]} == {"queued"}
+    # resume, kill -9 the controller once the new jobs are queued, resume again
+    proc = start_resume("slurm-stop")
+    wait_jobs(slurm_env, prefix, ("RUNNING", "PENDING", "COMPLETED"), 2)
+    proc.kill()
+    proc.communicate(timeout=60)
+    finish(start_resume("slurm-stop"))
+    doc = gridml_json("status", "slurm-stop")
+    assert [t["state"] for t in doc["trials"]] == ["completed"] * 2, doc["trials"]
+    jobs = jobs_of(slurm_env, prefix)
+    for name, runs in jobs.items():  # one cancelled job, then exactly one more: none twice
+        assert [s for _, s in runs] == ["CANCELLED", "COMPLETED"], (name, runs)
+
+
+def test_a_job_over_its_walltime_fails_with_timeout(data: tuple[str, str], tmp_path: Path,
+                                                    slurm_env: SlurmCluster) -> None:
+    sections = dict(ONE_NODE, training="training: {epochs: 200, batch_size: 16, workers: 1, "
+                    "metrics: [accuracy]}\n",
+                    resources="resources: {cores: 1, memory_gb: 1, walltime: 1m}\n")
+    spec = spec_for(tmp_path, "slurm-time", data, slurm_env, 1, 1, **sections)
+    gridml("submit", str(spec), "--quiet", timeout=600)
+    trial = gridml_json("status", "slurm-time")["trials"][0]
+    assert trial["state"] == "failed" and trial["attempts"] == 1, trial
+    assert re.match(r"Slurm job \d+ TIMEOUT on n\d: it hit its walltime", trial["error"]), trial["error"]
+
+
+def test_a_bad_partition_is_one_line_naming_it_and_sinfo(data: tuple[str, str], tmp_path: Path,
+                                                         slurm_env: SlurmCluster) -> None:
+    spec = write_spec(tmp_path / "bad.yaml", "slurm-bad", *data, search=search(1, 1),
+                      slurm="slurm: {partition: nosuchpart}\n", **ONE_NODE)
+    proc = gridml("submit", str(spec), "--quiet", check=False)
+    assert proc.returncode != 0
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "'nosuchpart'" in lines[0] and "sinfo" in lines[0], lines
+
