@@ -18,7 +18,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import numpy as np
 import torch
@@ -137,7 +137,8 @@ def _tensor(a: np.ndarray, device: torch.device) -> torch.Tensor:
     return t
 
 
-def batches(loader: Any, epochs: Any, device: torch.device) -> Iterator[tuple[Any, torch.Tensor]]:
+def batches(loader: Any, epochs: Any,
+            device: torch.device) -> Generator[tuple[Any, torch.Tensor], None, None]:
     """(features, labels) batches as tensors: each slab crosses to torch once, batches are views."""
     names = [*loader.features, loader.labels]
     for slab in loader.slabs(epochs):
@@ -427,8 +428,9 @@ def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
             trainer.finish()
         return 0
     except Exception:
-        if data.first_error() is not None:
-            raise data.first_error() from None
+        first = data.first_error()
+        if first is not None:
+            raise first from None
         raise
     finally:
         for ld in data.loaders:
