@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from typing import Any
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 
 import numpy as np
 
@@ -249,7 +249,7 @@ class ShardedLoader:
         return slabs, threads
 
     # --- stage 3: the consumer ----------------------------------------------------------------
-    def slabs(self, epochs: Iterable[int]) -> Iterator[Arrays]:
+    def slabs(self, epochs: Iterable[int]) -> Generator[Arrays, None, None]:
         """Yield the slabs of ``epochs`` while the stages read ahead; times the waits."""
         self._stop.clear()
         q, threads = self._start(list(epochs))
@@ -277,7 +277,7 @@ class ShardedLoader:
             for i in range(len(slab[self.labels])):
                 yield self.xy({k: a[i] for k, a in slab.items()})
 
-    def epoch_batches(self, epoch: int) -> Iterator[Arrays]:
+    def epoch_batches(self, epoch: int) -> Generator[Arrays, None, None]:
         """The batches of one epoch as dicts (for tests and tools)."""
         for slab in self.slabs([epoch]):
             for i in range(len(slab[self.labels])):
