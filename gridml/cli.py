@@ -325,6 +325,8 @@ def scale(spec: Path = typer.Argument(..., help="training spec (YAML)"),
           batch: str = typer.Option("global", "--batch", help="keep the global batch fixed, or the per-rank one",
                                     case_sensitive=False),
           hparams: str | None = typer.Option(None, "--hparams", help="JSON point; default: middle of the space"),
+          nodes: str | None = typer.Option(None, "--nodes", help="Slurm: node counts to spread the ranks "
+                                           "over, e.g. 1,2 (each rank count on each)"),
           as_json: bool = typer.Option(False, "--json")) -> None:
     """Scaling study: the same training over 1, 2, ... Horovod ranks (GPUs on GPU nodes, cores here)."""
     from gridml.scale import parse_workers, run_scaling
@@ -338,7 +340,8 @@ def scale(spec: Path = typer.Argument(..., help="training spec (YAML)"),
         except ValueError as exc:
             raise UsageError(f"--hparams is not JSON: {exc}", hint='e.g. --hparams \'{"units": 64}\'') from None
     loaded, dm = _load(spec)
-    doc = run_scaling(loaded, dm, parse_workers(workers), batch=batch, hparams=point, quiet=as_json)
+    doc = run_scaling(loaded, dm, parse_workers(workers), batch=batch, hparams=point, quiet=as_json,
+                      nodes=parse_workers(nodes) if nodes else None)
     if as_json:
         return _print_json(doc)
     table = Table(title=f"scaling of {loaded.spec.name} ({batch} batch), hparams {_hparams(doc['hparams'])}")
@@ -346,7 +349,8 @@ def scale(spec: Path = typer.Argument(..., help="training spec (YAML)"),
         table.add_column(col)
     for r in doc["rows"]:
         wait = "-" if r["input_wait_frac"] is None else f"{r['input_wait_frac']:.1%}"
-        table.add_row(str(r["workers"]), f"{r['samples_per_s']:.0f}", f"{r['epoch_time']:.2f}",
+        ranks = str(r["workers"]) + (f" on {r['nodes']} node(s)" if nodes else "")
+        table.add_row(ranks, f"{r['samples_per_s']:.0f}", f"{r['epoch_time']:.2f}",
                       f"{r['speedup']:.2f}", f"{r['efficiency']:.0%}", wait, str(r["global_batch"]))
     out.print(table)
     out.print(f"plot: {doc['plot']}")

@@ -26,6 +26,7 @@ class ScalePoint:
     epoch_time: float
     input_wait_frac: float | None
     global_batch: int
+    nodes: int = 1
 
 
 def default_point(loaded: LoadedSpec) -> dict[str, Any]:
@@ -43,24 +44,29 @@ def default_point(loaded: LoadedSpec) -> dict[str, Any]:
     return point
 
 
-def variant(loaded: LoadedSpec, workers: int, batch: str) -> LoadedSpec:
-    """The spec for ``workers`` ranks: its own study, one trial, the batch kept global or per rank."""
+def variant(loaded: LoadedSpec, workers: int, batch: str, nodes: int | None = None) -> LoadedSpec:
+    """The spec for ``workers`` ranks: its own study, one trial, the batch kept global or per rank.
+    ``nodes`` (Slurm): the ranks spread over that many nodes (study ``...-scale-wW-nN``); by
+    default the spec's nodes, never more than the ranks."""
     tr = loaded.spec.training
     per_rank = tr.batch_size if batch == "per-rank" else max(tr.batch_size // workers, 1)
-    spec = loaded.spec.model_copy(deep=True, update={"name": f"{loaded.spec.name}-scale-w{workers}"})
+    name = f"{loaded.spec.name}-scale-w{workers}" + (f"-n{nodes}" if nodes else "")
+    n = nodes or min(loaded.spec.resources.nodes, workers)
+    spec = loaded.spec.model_copy(deep=True, update={"name": name})
     spec.training = tr.model_copy(update={"workers": workers, "batch_size": per_rank})
-    spec.resources = spec.resources.model_copy(update={"cores": max(spec.resources.cores, workers)})
+    spec.resources = spec.resources.model_copy(update={
+        "cores": max(spec.resources.cores, -(-workers // n)), "nodes": n})
     spec.search = spec.search.model_copy(update={"max_trials": 1, "parallel": 1})
     return LoadedSpec(spec=spec, path=loaded.path, model_path=loaded.model_path)
 
 
-def measure(epochs: list[Any], workers: int, per_rank_batch: int) -> ScalePoint:
+def measure(epochs: list[Any], workers: int, per_rank_batch: int, nodes: int = 1) -> ScalePoint:
     steady = epochs[1:] or epochs
     waits = [e.input_wait_frac for e in steady if e.input_wait_frac is not None]
     return ScalePoint(workers=workers, samples_per_s=mean(e.samples_per_s or 0 for e in steady),
                       epoch_time=mean(e.epoch_time for e in steady),
                       input_wait_frac=mean(waits) if waits else None,
-                      global_batch=per_rank_batch * workers)
+                      global_batch=per_rank_batch * workers, nodes=nodes)
 
 
 def table(points: list[ScalePoint]) -> list[dict[str, Any]]:
@@ -69,7 +75,7 @@ def table(points: list[ScalePoint]) -> list[dict[str, Any]]:
     rows = []
     for p in points:
         speedup = p.samples_per_s / base.samples_per_s if base.samples_per_s else 0.0
-        rows.append({"workers": p.workers, "samples_per_s": round(p.samples_per_s, 1),
+        rows.append({"workers": p.workers, "nodes": p.nodes, "samples_per_s": round(p.samples_per_s, 1),
                      "epoch_time": round(p.epoch_time, 3), "speedup": round(speedup, 3),
                      "efficiency": round(speedup * base.workers / p.workers, 3),
                      "input_wait_frac": p.input_wait_frac, "global_batch": p.global_batch})
@@ -113,20 +119,24 @@ def parse_workers(text: str) -> list[int]:
 
 
 def run_scaling(loaded: LoadedSpec, data: DataManager, workers: list[int], *, batch: str = "global",
-                hparams: dict[str, Any] | None = None, quiet: bool = True) -> dict[str, Any]:
+                hparams: dict[str, Any] | None = None, quiet: bool = True,
+                nodes: list[int] | None = None) -> dict[str, Any]:
     from gridml import runner
     from gridml.settings import settings
 
     point = hparams or default_point(loaded)
     points = []
     for n in workers:
-        var = variant(loaded, n, batch)
-        study, store = runner.run_local(var, data, quiet=quiet, fixed=[point])
-        trial = store.list_trials(study.id)[0]
-        if trial.state != "completed":
-            raise GridmlError(f"scaling run with {n} ranks ended {trial.state}: {trial.error}",
-                              hint=f"see `gridml status {study.name} --trial 0`")
-        points.append(measure(store.list_epochs(trial.id), n, var.spec.training.batch_size))
+        layouts: list[int | None] = list(nodes) if nodes else [None]
+        for k in layouts:
+            var = variant(loaded, n, batch, k)
+            study, store = runner.run_local(var, data, quiet=quiet, fixed=[point])
+            trial = store.list_trials(study.id)[0]
+            if trial.state != "completed":
+                raise GridmlError(f"scaling run with {n} ranks ended {trial.state}: {trial.error}",
+                                  hint=f"see `gridml status {study.name} --trial 0`")
+            points.append(measure(store.list_epochs(trial.id), n, var.spec.training.batch_size,
+                                  var.spec.resources.nodes))
     rows = table(points)
     out = settings().runs_dir / f"{loaded.spec.name}-scale"
     doc = {"study": loaded.spec.name, "hparams": point, "batch": batch, "rows": rows}
