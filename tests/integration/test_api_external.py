@@ -181,3 +181,53 @@ def test_controller_ends_after_max_trials_once_the_optimizer_had_time_to_read(wo
     assert c.step() is False  # all 3 done: the API stays up for the optimizer's last reads
     monkeypatch.setattr(controller_module, "EXTERNAL_GRACE_S", 0.0)
     assert c.step() is True
+
+
+def test_the_example_client_drives_a_study_on_gridml_serve(served, tmp_path):
+    """examples/external_skopt.py against `gridml serve` (--url/--token), a study created through
+    its API; the trials are played over the API with the study token, in the order enqueued and
+    at most `parallel` at a time, as a controller would (the server's own controller drives only
+    grid executors)."""
+    import subprocess
+    import sys
+    import threading
+
+    from tests.helpers import ROOT
+
+    owner = ApiClient(served)
+    owner.create_study("ext-client", external(SPACE, max_trials=4))
+    played: list[tuple[int, float]] = []
+    stop = threading.Event()
+
+    def worker() -> None:  # runs the queued trials in number order, 2 at a time
+        while not stop.is_set():
+            queued = owner.list_trials("ext-client", ["queued"])[:2]
+            for trial in queued:
+                played.append((trial["number"], trial["hparams"]["lr"]))
+                owner.post_epoch(trial["id"], EpochReport(
+                    1, {"val_loss": abs(trial["hparams"]["lr"] - 0.01)}, 0.1))
+                _post(served, f"/api/v1/trials/{trial['id']}/finish", owner.token,
+                      {"state": "completed"})
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    try:
+        client = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "external_skopt.py"), "--study", "ext-client",
+             "--url", served, "--token", owner.token, "--poll", "0.2", "--timeout", "120"],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert client.returncode == 0, client.stdout + client.stderr
+    trials = owner.list_trials("ext-client")
+    assert [t["state"] for t in trials] == ["completed"] * 4
+    assert [n for n, _ in played] == [0, 1, 2, 3]  # run in the order enqueued
+    assert owner.get_study("ext-client")["state"] == "closed"
+    assert "best trial" in client.stdout
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "external_skopt.py"), "--study", "ext-client",
+         "--url", served, "--token", "gms_wrong"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: GET /api/v1/studies/ext-client: "
+                                                         "HTTP 401: unknown or revoked token (")
