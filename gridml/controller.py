@@ -23,6 +23,7 @@ from gridml.data import open_data_manager
 from gridml.data.base import DataManager, FileInfo
 from gridml.errors import ConflictError, GridmlError, NotFoundError, SpecError
 from gridml.executors.base import Executor, TaskRequest, TaskStatus
+from gridml.search.study import propose
 from gridml.spec import LoadedSpec, Spec, parse_walltime
 from gridml.store import (
     ACTIVE_STATES,
@@ -155,7 +156,6 @@ class Campaign:
 
     def propose(self, n: int, trials: list[Trial]) -> list[dict[str, Any]]:
         """Rebuild the searcher from the stored observations and ask it for ``n`` points."""
-        from gridml.search.study import propose
 
         points, exhausted = propose(self.spec.search.model_dump(mode="json"), trials, n,
                                      store=self.store)

@@ -14,15 +14,17 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from gridml import plots
+from gridml import executors, plots
 from gridml.controller import Campaign
 from gridml.data.base import DataManager
+from gridml.errors import GridmlError
 from gridml.executors import Executor
 from gridml.executors.dryrun import DryRunExecutor
-from gridml.errors import GridmlError
+from gridml.server.embedded import EmbeddedServer
 from gridml.settings import settings
 from gridml.spec import LoadedSpec
 from gridml.store import MetricsStore, Study, Trial, best_trial
+from gridml.store.sql import open_sql_store
 
 console = Console(stderr=True)
 
@@ -47,7 +49,6 @@ def _short(v: Any) -> str:
 
 
 def _executor(loaded: LoadedSpec, data: DataManager, runs_dir: Path, dry_run: bool) -> Executor:
-    from gridml import executors
 
     name = loaded.spec.backend.executor
     return executors.create(name, data=data, journal=runs_dir / ".journal" / name, dry_run=dry_run)
@@ -55,7 +56,6 @@ def _executor(loaded: LoadedSpec, data: DataManager, runs_dir: Path, dry_run: bo
 
 def dry_run(loaded: LoadedSpec, data: DataManager) -> list[dict[str, Any]]:
     """The task parameters of the first batch, computed against a throwaway store."""
-    from gridml.store.sql import open_sql_store
 
     with tempfile.TemporaryDirectory(prefix="gridml-dryrun-") as tmp:
         store = open_sql_store(f"sqlite:///{tmp}/dry.db")
@@ -73,7 +73,6 @@ def run_local(loaded: LoadedSpec, data: DataManager, *, quiet: bool = False,
 
     ``fixed``: hyperparameter points to run (in order) instead of asking the searcher, for a
     study that has no trials yet (the scaling study)."""
-    from gridml.store.sql import open_sql_store
 
     cfg = settings()
     store = open_sql_store(cfg.db_url)  # a campaign writes: the SQL store
@@ -104,7 +103,6 @@ def run_local(loaded: LoadedSpec, data: DataManager, *, quiet: bool = False,
 def _embedded_server(db_url: str, study_dir: Path) -> Any:
     """The in-process API, on the port it had last time if free: payloads still running from
     before a controller crash keep reporting to the URL in their trial file."""
-    from gridml.server.embedded import EmbeddedServer
 
     record = study_dir / "api.json"
     try:

@@ -14,8 +14,10 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from gridml import runner
 from gridml.data.base import DataManager
 from gridml.errors import GridmlError, UsageError
+from gridml.settings import settings
 from gridml.spec import LoadedSpec
 
 
@@ -121,8 +123,6 @@ def parse_workers(text: str) -> list[int]:
 def run_scaling(loaded: LoadedSpec, data: DataManager, workers: list[int], *, batch: str = "global",
                 hparams: dict[str, Any] | None = None, quiet: bool = True,
                 nodes: list[int] | None = None) -> dict[str, Any]:
-    from gridml import runner
-    from gridml.settings import settings
 
     point = hparams or default_point(loaded)
     points = []

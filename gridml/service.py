@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gridml import executors
 from gridml.controller import Campaign, data_manager_for, loaded_from_study
 from gridml.errors import GridmlError
 from gridml.store import CampaignStore, Study
@@ -43,7 +44,6 @@ class CampaignService:
 
     def _campaign(self, study: Study) -> Campaign:
         if study.id not in self._campaigns:
-            from gridml import executors
 
             materialise_model(study, self.runs_dir)
             loaded = loaded_from_study(study)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gridml.errors import UsageError
+from gridml.settings import settings
 
 if TYPE_CHECKING:
     from gridml.data.base import DataManager
@@ -25,15 +26,14 @@ def open_data_manager(backend: str | None = None, *, rse: str | None = None,
     Rucio only: ``rse`` is the RSE uploads go to (default $GRIDML_RUCIO_RSE) and ``lifetime``
     (seconds) that of the rule made with a new dataset (default $GRIDML_RUCIO_LIFETIME, none).
     The local store has one RSE and keeps everything."""
-    from gridml.settings import settings
 
     name = (backend or settings().data_backend).strip().lower()
     if name == "local":
-        from gridml.data.local import LocalStore
+        from gridml.data.local import LocalStore  # lazy: only the chosen backend is imported
 
         return LocalStore(settings().store_dir)
     if name == "rucio":
-        from gridml.data.rucio import RucioStore
+        from gridml.data.rucio import RucioStore  # lazy: rucio-clients only when chosen
 
         return RucioStore(rse=rse, lifetime=lifetime)
     raise UsageError(f"unknown data backend {name!r}",

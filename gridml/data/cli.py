@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gridml.data import open_data_manager
+from gridml.data.base import parse_did
 from gridml.errors import UsageError
 
 if TYPE_CHECKING:
@@ -26,7 +28,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output (
 
 
 def _open(backend: str | None) -> DataManager:
-    from gridml.data import open_data_manager
 
     return open_data_manager(backend)
 
@@ -80,7 +81,6 @@ def ls(did: Annotated[str, typer.Argument(help="SCOPE:NAME, or SCOPE:PATTERN wit
     if "*" in did or "?" in did:
         _ls_pattern(dm, did, as_json)
         return
-    from gridml.data.base import parse_did
 
     parse_did(did)
     type_, files, meta = dm.did_type(did), dm.list_files(did), dm.get_metadata(did)

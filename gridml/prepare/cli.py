@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from gridml.errors import UsageError
+
 if TYPE_CHECKING:
     from gridml.prepare.result import PrepareResult
 
@@ -25,8 +27,9 @@ def prepare(
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Preprocess ROOT/HDF5 inputs into HDF5 training shards (x, y), cached and in parallel."""
-    from gridml.errors import UsageError
-    from gridml.prepare.runner import run_prepare
+    from gridml.prepare.runner import (
+        run_prepare,  # lazy: numpy, awkward, uproot only when preparing
+    )
 
     if jobs < 0:
         raise UsageError(f"--jobs {jobs}: give a number of workers >= 1, or 0 for all cores")

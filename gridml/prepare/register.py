@@ -13,14 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gridml.data.base import parse_did
+from gridml.data.base import adler32_file, parse_did
 from gridml.errors import DataError
 from gridml.prepare import output
 
 
 def _wanted(out_dir: Path, manifest: dict[str, Any], name: str) -> dict[str, list[tuple]]:
     """dataset suffix -> [(local path, stored name, adler32)]."""
-    from gridml.data.base import adler32_file
 
     sets: dict[str, list[tuple]] = {}
     for rec in manifest["shards"]:

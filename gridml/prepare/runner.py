@@ -20,8 +20,10 @@ from gridml.errors import DataError
 from gridml.prepare import inputs as inp
 from gridml.prepare import output
 from gridml.prepare.pool import Pool
+from gridml.prepare.register import register
 from gridml.prepare.result import PrepareResult
 from gridml.prepare.spec import PrepSpec, load_prep_spec
+from gridml.settings import settings
 
 FORMAT_VERSION = "1"  # bump when pieces or shards change meaning: invalidates every cache key
 
@@ -29,7 +31,6 @@ FORMAT_VERSION = "1"  # bump when pieces or shards change meaning: invalidates e
 def cache_root(explicit: Path | None) -> Path:
     """$GRIDML_HOME/cache/prepare, unless given."""
     if explicit is None:
-        from gridml.settings import settings
 
         explicit = settings().home / "cache" / "prepare"
     explicit.mkdir(parents=True, exist_ok=True)
@@ -65,7 +66,6 @@ def run_prepare(spec_path: str | Path, *, jobs: int = 0, dataset: str | None = N
                 backend: str | None = None, cache_dir: Path | None = None, rehash: bool = False,
                 force: bool = False, show_progress: bool = True) -> PrepareResult:
     """Prepare the shards a prepare spec describes (see the module docstring)."""
-    from gridml.settings import settings
 
     t0 = time.perf_counter()
     spec = load_prep_spec(spec_path)
@@ -78,7 +78,6 @@ def run_prepare(spec_path: str | Path, *, jobs: int = 0, dataset: str | None = N
         result = _plan_and_build(spec, pool, files, cache, force, show_progress)
         result.timings = {"inputs": t_inputs, **result.timings}
         if dataset:
-            from gridml.prepare.register import register
 
             result.datasets = register(spec.out_dir, result.manifest, dataset, backend)
     result.seconds = time.perf_counter() - t0

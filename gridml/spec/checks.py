@@ -6,10 +6,13 @@ Run on the submit host so a typo never costs a grid round trip.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
-from gridml.errors import GridmlError
+from gridml import search
+from gridml.data.base import parse_did
+from gridml.errors import GridmlError, SearchError, SpecError
+from gridml.search.stopping import validate_early_stopping
 from gridml.spec.loader import Loc, located
 from gridml.spec.model import Spec
 
@@ -84,18 +87,11 @@ def check_early_stopping(spec: Spec) -> list[Problem]:
     cfg = spec.search.early_stopping
     if cfg is None:
         return []
-    try:
-        from gridml.search.stopping import validate_early_stopping
-    except ImportError:  # pragma: no cover - the search package always ships it
-        return []
     return [(("search", "early_stopping"), p) for p in validate_early_stopping(cfg)]
 
 
 def check_search(spec: Spec) -> list[Problem]:
     """Build the searcher once: unknown search.options (or a space it cannot use) fail here."""
-    from gridml import search
-    from gridml.errors import SearchError, SpecError
-
     s = spec.search
     space = {k: v.model_dump(exclude_none=True) for k, v in s.space.items()}
     try:
@@ -109,8 +105,6 @@ def check_search(spec: Spec) -> list[Problem]:
 
 def check_dids(spec: Spec, exists: Callable[[str], bool]) -> list[Problem]:
     """Every input DID is well-formed and known to the data backend."""
-    from gridml.data.base import parse_did
-
     problems: list[Problem] = []
     for which in ("train", "validation"):
         for i, did in enumerate(spec.data.dids(which)):

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gridml.errors import StoreError
+from gridml.settings import settings
 
 if TYPE_CHECKING:
-    from gridml.store.remote import RemoteStore
+    from gridml.store.remote import RemoteStore  # lazy: httpx only for a remote store
     from gridml.store.sql import SqlStore
 
 
@@ -21,7 +22,6 @@ def open_store(url: str | None = None, *, token: str | None = None) -> SqlStore 
     """The store at ``url`` (see the module). ``token``: bearer token for a remote server.
     The backends are imported here, not above: SQLAlchemy / httpx only when one is opened."""
     if url is None:
-        from gridml.settings import settings
 
         url = settings().db_url
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
@@ -30,7 +30,7 @@ def open_store(url: str | None = None, *, token: str | None = None) -> SqlStore 
 
         return RemoteStore(url, token)
     if scheme.startswith(("sqlite", "postgres")):
-        from gridml.store.sql import open_sql_store
+        from gridml.store.sql import open_sql_store  # lazy: SQLAlchemy only for a SQL store
 
         return open_sql_store(url)
     raise StoreError(f"metrics store URL {url!r}: unknown kind",
