@@ -231,3 +231,27 @@ def test_the_example_client_drives_a_study_on_gridml_serve(served, tmp_path):
          "--url", served, "--token", "gms_wrong"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and bad.stderr.startswith("error: GET /api/v1/studies/ext-client: "
                                                          "HTTP 401: unknown or revoked token (")
+
+
+def test_api_record_keeps_a_valid_token_and_is_the_users_only(tmp_path):
+    """runs/<study>/api.json: the study's first token; on a rerun the one recorded while it is
+    valid, else one more (the old ones keep working); mode 0600."""
+    import stat
+
+    from gridml.runner import _record_api, _study_token
+
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    study = store.create_study("rec", external(), "h")
+    record = tmp_path / "runs" / "rec" / "api.json"
+    first = _study_token(store, study, record)
+    assert first == study.token
+    _record_api(record, "http://127.0.0.1:4567", first)
+    assert json.loads(record.read_text()) == {"url": "http://127.0.0.1:4567", "token": first,
+                                              "port": 4567}
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    again = store.get_study("rec")  # as on resume: no plain token any more
+    assert again.token is None and _study_token(store, again, record) == first
+    record.write_text(json.dumps({"url": "x", "port": 1, "token": "gms_revoked"}))
+    fresh = _study_token(store, again, record)
+    assert fresh not in (first, "gms_revoked") and store.check_study_token(again.id, fresh)
+    assert store.check_study_token(again.id, first)
