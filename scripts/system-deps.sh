@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # System packages the test suite needs (Debian): Chromium + chromedriver for the dashboard test,
-# PostgreSQL for the server/store tests. Idempotent: installs only what is missing.
+# PostgreSQL for the server/store tests, Slurm + munge for the Slurm executor's tests. Idempotent: installs only what is missing.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+# the two-node Slurm test cluster (scripts/slurm-cluster.sh): slurmctld, slurmd, munge, nsenter
+[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || need+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || need+=(munge)
+command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   echo "[system-deps] installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -77,7 +77,7 @@ def jobs_of(cluster: SlurmCluster, prefix: str) -> dict[str, list[tuple[str, str
         job, name, state = line.split("|")
         if name.startswith(prefix):
             out.setdefault(name, []).append((job, state))
-    return out
+    return {k: sorted(v, key=lambda r: int(r[0])) for k, v in out.items()}
 
 
 def trial_logs(study: str, number: int) -> str:
@@ -182,10 +182,10 @@ def test_ctrl_c_cancels_and_kill_9_resumes_without_a_job_twice(data: tuple[str, 
 
 def test_a_job_over_its_walltime_fails_with_timeout(data: tuple[str, str], tmp_path: Path,
                                                     slurm_env: SlurmCluster) -> None:
-    sections = dict(ONE_NODE, training="training: {epochs: 200, batch_size: 16, workers: 1, "
-                    "metrics: [accuracy]}\n",
-                    resources="resources: {cores: 1, memory_gb: 1, walltime: 1m}\n")
-    spec = spec_for(tmp_path, "slurm-time", data, slurm_env, 1, 1, **sections)
+    sections = dict(ONE_NODE, resources="resources: {cores: 1, memory_gb: 1, walltime: 1m}\n")
+    # the node's setup (slurm.setup) alone outlasts the walltime
+    spec = spec_for(tmp_path, "slurm-time", data, slurm_env, 1, 1, slurm=", setup: ['sleep 600']",
+                    **sections)
     gridml("submit", str(spec), "--quiet", timeout=600)
     trial = gridml_json("status", "slurm-time")["trials"][0]
     assert trial["state"] == "failed" and trial["attempts"] == 1, trial
