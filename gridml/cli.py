@@ -373,6 +373,9 @@ def _register_subcommands() -> None:
         app.command("prepare")(prepare)
     except ImportError:
         pass
+    from gridml.phpo.cli import evaluate, steer  # PanDA's HPO service (phpo + iDDS)
+    app.command("steer")(steer)
+    app.command("evaluate")(evaluate)
 
 
 _register_subcommands()
