@@ -140,7 +140,8 @@ class EpochIn(Strict):
     samples_per_s: Number | None = Field(default=None, ge=0)
     input_wait_frac: Number | None = Field(default=None, ge=0, le=1)
     peak_rss_mb: Number | None = Field(default=None, ge=0)
-    threads: Integer | None = Field(default=None, ge=0, le=10_000_000)
+    # (the limits before the validator: after it, pydantic writes them as ge/le, not JSON Schema)
+    threads: Annotated[int, Field(ge=0, le=10_000_000), BeforeValidator(_json_integer)] | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def report(self) -> EpochReport:

@@ -10,6 +10,7 @@ The controller with the real dry-run executor: it proposes nothing, waits for en
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import httpx
@@ -115,6 +116,10 @@ def test_validation_errors_and_405_match_the_document(served):
     assert wrong.status_code == 405 and wrong.headers["allow"] == "GET, POST"
     assert wrong.json()["detail"] == "Method Not Allowed" and "GET and POST" in wrong.json()["hint"]
     doc = httpx.get(f"{served}/openapi.json").json()
+    # limits as JSON Schema words (pydantic writes ge/le for a constrained type it cannot map)
+    assert not re.search(r'"(ge|le|gt|lt)":', json.dumps(doc))
+    threads = doc["components"]["schemas"]["EpochIn"]["properties"]["threads"]["anyOf"][0]
+    assert (threads["minimum"], threads["maximum"]) == (0, 10_000_000)
     close = doc["paths"]["/api/v1/studies/{study}/close"]["post"]
     assert set(close["responses"]) == {"200", "400", "401", "403", "404", "422", "503"}
     assert close["responses"]["404"]["content"]["application/json"]["schema"]["$ref"] \
