@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
+import os
+
 import h5py
 import numpy as np
 
+from payloads.runtime.chunkio import DirectRows, open_direct
 from payloads.runtime.errors import InputDataError
 
 
@@ -48,7 +51,8 @@ def _reason(e: BaseException) -> str:
 class H5Source:
     """Open files + dataset names; reads blocks as dicts of numpy arrays."""
 
-    def __init__(self, paths: Sequence[str], names: Sequence[str], block_rows: int | None = None):
+    def __init__(self, paths: Sequence[str], names: Sequence[str], block_rows: int | None = None,
+                 direct: bool = True):
         if not paths:
             raise InputDataError("<none>", "no input files given")
         self.paths, self.names = [str(p) for p in paths], list(names)
@@ -60,6 +64,14 @@ class H5Source:
         self.dtypes = {n: self.files[0][n].dtype for n in self.names}
         self.block_rows = int(block_rows or self._chunk_rows())
         self.blocks = self._make_blocks()
+        # unfiltered datasets are read with preadv, bypassing HDF5 (payloads/runtime/chunkio.py)
+        self._fds: list[int] = []
+        self.direct: list[dict[str, DirectRows | None]] = [{} for _ in self.paths]
+        if direct:
+            for i, p in enumerate(self.paths):
+                fd = os.open(p, os.O_RDONLY)
+                self._fds.append(fd)
+                self.direct[i] = {n: open_direct(p, self.dsets[i][n], fd) for n in self.names}
 
     @property
     def total_rows(self) -> int:
@@ -92,20 +104,31 @@ class H5Source:
 
     def read(self, block: Block) -> dict[str, np.ndarray]:
         """All datasets' rows of one block (a whole-chunk, contiguous read)."""
-        d = self.dsets[block.file]
+        d, direct = self.dsets[block.file], self.direct[block.file]
         try:
-            return {n: d[n][block.start:block.stop] for n in self.names}
+            out = {}
+            for n in self.names:
+                fast = direct.get(n)
+                if fast is None:
+                    out[n] = d[n][block.start:block.stop]
+                else:
+                    out[n] = np.empty((block.rows, *self.row_shapes[n]), self.dtypes[n])
+                    fast.read(block.start, block.stop, out[n])
+            return out
         except Exception as e:  # h5py raises OSError/KeyError/ValueError for damaged chunks
             raise self._damaged(block.file, block.start, block.stop, e) from None
 
     def read_into(self, block: Block, lo: int, hi: int, out: dict[str, np.ndarray],
                   at: int) -> None:
         """Rows [lo, hi) of ``block`` straight into ``out[name][at:...]`` (no temporary)."""
-        d, a = self.dsets[block.file], block.start + lo
+        d, a, direct = self.dsets[block.file], block.start + lo, self.direct[block.file]
         try:
             for n in self.names:
-                if d[n].size:
-                    d[n].read_direct(out[n], np.s_[a:a + hi - lo], np.s_[at:at + hi - lo])
+                fast = direct.get(n)
+                if fast is not None:
+                    fast.read(a, a + hi - lo, out[n][at:at + hi - lo])
+                elif d[n].size:  # into a contiguous view: HDF5 copies straight into it
+                    d[n].read_direct(out[n][at:at + hi - lo], np.s_[a:a + hi - lo])
         except Exception as e:
             raise self._damaged(block.file, a, a + hi - lo, e) from None
 
@@ -125,6 +148,12 @@ class H5Source:
         return {k: np.concatenate([p[k] for p in parts]) for k in self.names}
 
     def close(self) -> None:
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = []
         for f in self.files:
             try:
                 f.close()
@@ -133,4 +162,5 @@ class H5Source:
 
     def describe(self) -> dict[str, Any]:
         return {"files": self.paths, "rows": self.total_rows, "block_rows": self.block_rows,
-                "blocks": len(self.blocks)}
+                "blocks": len(self.blocks),
+                "direct_reads": sorted({n for d in self.direct for n, r in d.items() if r})}

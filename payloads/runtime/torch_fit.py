@@ -129,23 +129,45 @@ class TorchCheckpointer(Checkpointer):
 
 # ---- batches -----------------------------------------------------------------------------------
 def _tensor(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    """No copy on a CPU (``from_numpy`` shares the slab); on a GPU one copy into pinned memory
-    and an asynchronous transfer of the whole slab."""
+    """No copy on a CPU (``from_numpy`` shares the slab); on a GPU an asynchronous transfer of
+    the whole slab (from pinned memory when the slab is in it: ``_pinned``)."""
     t = torch.from_numpy(a)
     if device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
+        if not t.is_pinned():
+            t = t.pin_memory()
+        return t.to(device, non_blocking=True)
     return t
+
+
+def _pinned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A slab buffer in page-locked memory (the loader gathers rows straight into it, so the
+    transfer to the GPU needs no staging copy); plain memory where pinning is refused."""
+    try:
+        return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype,
+                           pin_memory=True).numpy()
+    except (RuntimeError, TypeError):
+        return np.empty(shape, dtype)
 
 
 def batches(loader: Any, epochs: Any,
             device: torch.device) -> Generator[tuple[Any, torch.Tensor], None, None]:
-    """(features, labels) batches as tensors: each slab crosses to torch once, batches are views."""
+    """(features, labels) batches as tensors: each slab crosses to torch once, batches are views
+    (``unbind``: all of a slab's batch views in one call). The loader gathers rows into recycled
+    buffers (``reuse``): a batch is used by one step before the next is asked for; on a GPU the
+    slab's transfer is waited for before its buffer can return to the loader."""
     names = [*loader.features, loader.labels]
-    for slab in loader.slabs(epochs):
+    cuda = device.type == "cuda"
+    done: Any = None
+    for slab in loader.slabs(epochs, reuse=True, alloc=_pinned if cuda else None):
+        if done is not None:  # the previous slab's copy finished: its buffer may be refilled
+            done.synchronize()
         ts = {n: _tensor(slab[n], device) for n in names}
-        for i in range(ts[loader.labels].shape[0]):
-            x = tuple(ts[f][i] for f in loader.features)
-            yield x, ts[loader.labels][i]
+        if cuda:
+            done = torch.cuda.Event()
+            done.record()
+        feats = [ts[f].unbind(0) for f in loader.features]
+        for i, y in enumerate(ts[loader.labels].unbind(0)):
+            yield tuple(f[i] for f in feats), y
 
 
 def forward(model: Any, x: tuple[torch.Tensor, ...]) -> torch.Tensor:
