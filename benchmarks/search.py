@@ -1,15 +1,15 @@
-"""Search benchmark (issue 7): sample efficiency, batch speed, early stopping, in one run.
+"""Search benchmark (issues 7 and 14): every engine side by side, batch speed, early stopping.
 
-    .venv/bin/python benchmarks/search.py [--seeds 10] [--evals 50] [--batch 4]
+    .venv/bin/python benchmarks/search.py [--seeds 5] [--evals 50] [--batch 4]
 
 1. Best value after 25 and 50 evaluations (batches of 4, the searcher rebuilt from the
    observations before every batch, as the controller does) on skopt.benchmarks' branin and
-   hart6 and on a mixed problem with a categorical and an int dimension, for gridml's bayes,
-   random and evolution and Optuna's TPE sampler (the reference peer; Optuna is needed by this
-   benchmark only).
-2. Wall time of one ``ask(8)`` at 50 and 200 observations of hart6: gridml's bayes (rebuild:
-   create + tell + ask) vs scikit-optimize's default ``Optimizer(dims, base_estimator="GP")``
-   told the same observations, then ``ask(n_points=8)`` (its tell is not counted).
+   hart6 and on a mixed problem with a categorical and an int dimension, for every engine behind
+   ``gridml.search.create``: bayes, skopt (scikit-optimize's Optimizer), optuna (TPE), random,
+   evolution (CMA-ES) and grid, each with its default options.
+2. Wall time of one rebuild + ``ask(8)`` (create + tell + ask) at 50, 200 and 1,000 observations
+   of hart6, per engine (an engine slower than ``--time-cap`` seconds at one size is not run at
+   the larger ones).
 3. Early stopping on recorded learning curves (scikit-learn MLPs of random learning rate and
    width, validation log-loss per epoch), replayed as a campaign of 4 trials at once: the fraction
    of epochs saved and whether the best trial ran to the end.
@@ -58,7 +58,10 @@ def problems() -> dict[str, Problem]:
     }
 
 
-def run_gridml(algo: str, prob: Problem, seed: int, evals: int, batch: int) -> tuple[list, float]:
+ENGINES = ["bayes", "skopt", "optuna", "random", "evolution", "grid"]
+
+
+def run_engine(algo: str, prob: Problem, seed: int, evals: int, batch: int) -> tuple[list, float]:
     space, f, _ = prob
     told: list[dict[str, Any]] = []
     values: list[float] = []
@@ -69,36 +72,12 @@ def run_gridml(algo: str, prob: Problem, seed: int, evals: int, batch: int) -> t
         s.tell(told, values)
         points = s.ask(min(batch, evals - len(told)))
         spent += time.perf_counter() - t0
+        if not points:  # grid exhausted: its best stays the best
+            values += [values[-1]] * (evals - len(values))
+            break
         told += points
         values += [f(p) for p in points]
     return values, spent
-
-
-def run_tpe(prob: Problem, seed: int, evals: int, batch: int) -> tuple[list, float]:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space, f, _ = prob
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
-    values: list[float] = []
-    spent = 0.0
-    while len(values) < evals:
-        t0 = time.perf_counter()
-        trials = [study.ask() for _ in range(min(batch, evals - len(values)))]
-        points = [{k: _suggest(t, k, d) for k, d in space.items()} for t in trials]
-        spent += time.perf_counter() - t0
-        for t, p in zip(trials, points):
-            values.append(f(p))
-            study.tell(t, values[-1])
-    return values, spent
-
-
-def _suggest(trial: Any, name: str, d: dict[str, Any]) -> Any:
-    if d["type"] == "categorical":
-        return trial.suggest_categorical(name, d["choices"])
-    if d["type"] == "int":
-        return trial.suggest_int(name, int(d["low"]), int(d["high"]), log=d.get("log", False))
-    return trial.suggest_float(name, d["low"], d["high"], log=d.get("log", False))
 
 
 def quality(args: argparse.Namespace) -> None:
@@ -106,18 +85,16 @@ def quality(args: argparse.Namespace) -> None:
     print(f"\n## Best value found ({args.seeds} seeds, batches of {args.batch}): "
           "median [25%, 75%] over seeds\n")
     head = " | ".join(f"after {m}" for m in marks)
-    print(f"| problem (minimum) | algorithm | {head} | search time per campaign |")
+    print(f"| problem (minimum) | engine | {head} | search time per campaign |")
     print("|---|---|" + "---|" * len(marks) + "---|")
     for name, prob in problems().items():
         if args.problems and name.split()[0] not in args.problems:
             continue
         for algo in args.algorithms:
-            runs = [(run_tpe(prob, s, args.evals, args.batch) if algo == "tpe" else
-                     run_gridml(algo, prob, s, args.evals, args.batch)) for s in range(args.seeds)]
+            runs = [run_engine(algo, prob, s, args.evals, args.batch) for s in range(args.seeds)]
             cells = [_spread([min(v[:m]) for v, _ in runs]) for m in marks]
             spent = statistics.median(t for _, t in runs)
-            label = "optuna TPE" if algo == "tpe" else f"gridml {algo}"
-            print(f"| {name} ({prob[2]:.4g}) | {label} | {' | '.join(cells)} | {spent:.1f} s |",
+            print(f"| {name} ({prob[2]:.4g}) | {algo} | {' | '.join(cells)} | {spent:.1f} s |",
                   flush=True)
 
 
@@ -127,37 +104,36 @@ def _spread(xs: list[float]) -> str:
 
 
 def timing(args: argparse.Namespace) -> None:
-    from skopt import Optimizer
-
     space, f, _ = problems()["hart6"]
-    print("\n## Wall time of one ask(8) on hart6 (seconds)\n")
-    print("| observations | gridml bayes (create+tell+ask), median (max) of 5 | "
-          "skopt default ask(n_points=8) | ratio of medians |")
-    print("|---|---|---|---|")
-    for n in args.timing_obs:
+    sizes = args.timing_obs
+    print(f"\n## Wall time of one rebuild + ask(8) on hart6 (create + tell + ask), seconds: "
+          f"median (max) of {args.reps} (1 where one takes over {args.time_cap:.0f} s)\n")
+    print("| engine | " + " | ".join(f"{n} observations" for n in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    data = {}
+    for n in sizes:
         rng = np.random.default_rng(n)
-        x = rng.random((n, 6))
-        points = [{f"x{i}": float(v) for i, v in enumerate(row)} for row in x]
-        y = [f(p) for p in points]
-        ours = []
-        for rep in range(5):
-            t0 = time.perf_counter()
-            s = search.create("bayes", space, seed=rep)
-            s.tell(points, y)
-            s.ask(8)
-            ours.append(time.perf_counter() - t0)
-        theirs = float("nan")
-        if not args.skip_skopt:
-            opt = Optimizer([(0.0, 1.0)] * 6, base_estimator="GP", random_state=0)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                opt.tell([list(r) for r in x], y)
+        points = [{f"x{i}": float(v) for i, v in enumerate(row)} for row in rng.random((n, 6))]
+        data[n] = (points, [f(p) for p in points])
+    for algo in args.algorithms:
+        cells, capped = [], False
+        for n in sizes:
+            if capped:
+                cells.append("not run")
+                continue
+            points, y = data[n]
+            times: list[float] = []
+            for rep in range(args.reps):
                 t0 = time.perf_counter()
-                opt.ask(n_points=8)
-                theirs = time.perf_counter() - t0
-        mine = statistics.median(ours)
-        print(f"| {n} | {mine:.2f} ({max(ours):.2f}) | {theirs:.1f} | {theirs / mine:.0f}x |",
-              flush=True)
+                s = search.create(algo, space, seed=rep)
+                s.tell(points, y)
+                s.ask(8)
+                times.append(time.perf_counter() - t0)
+                if times[-1] > args.time_cap:
+                    capped = True
+                    break
+            cells.append(f"{statistics.median(times):.2f} ({max(times):.2f})")
+        print(f"| {algo} | " + " | ".join(cells) + " |", flush=True)
 
 
 def record_curves(n_trials: int, epochs: int, seed: int = 0) -> list[list[float]]:
@@ -212,14 +188,16 @@ def stopping(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--evals", type=int, default=50)
     ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--algorithms", nargs="+", default=["bayes", "random", "evolution", "tpe"])
+    ap.add_argument("--algorithms", nargs="+", default=ENGINES, choices=ENGINES)
     ap.add_argument("--problems", nargs="+", choices=["branin", "hart6", "mixed"],
                     help="only these problems (default: all)")
-    ap.add_argument("--timing-obs", type=int, nargs="+", default=[50, 200])
-    ap.add_argument("--skip-skopt", action="store_true", help="time gridml only (skopt: minutes)")
+    ap.add_argument("--timing-obs", type=int, nargs="+", default=[50, 200, 1000])
+    ap.add_argument("--reps", type=int, default=3, help="timing repetitions per engine and size")
+    ap.add_argument("--time-cap", type=float, default=60.0,
+                    help="an engine slower than this (s) is not timed at larger sizes")
     ap.add_argument("--curves", type=int, default=24, help="learning curves to record")
     ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--curves-file", help="JSON file to keep the recorded curves in (reused)")
