@@ -107,7 +107,10 @@ async def _generate(plan: dict[str, Any]) -> dict[str, Any]:
     await asyncio.gather(*(_one_trial(plan, t, stop_at, measure_from, out)
                            for t in plan["trials"]))
     lat = sorted(out["lat"])
-    pct = (lambda q: 1000 * lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan"))
+
+    def pct(q: float) -> float:
+        return 1000 * lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")
+
     return {"reports": len(lat), "seconds": plan["seconds"], "rate": len(lat) / plan["seconds"],
             "p50_ms": pct(0.50), "p99_ms": pct(0.99), "errors": out["errors"],
             "gen_cpu_s": time.process_time()}

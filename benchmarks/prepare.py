@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT))
 
-from make_root_ntuples import write_file
+from make_root_ntuples import write_file  # noqa: E402  (examples/ on the path first)
 
 Row = tuple[str, float, str, str]
 

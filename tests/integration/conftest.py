@@ -9,4 +9,4 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rucio"))
 
 from rucio_fixtures import rucio_env, rucio_server, rucio_store  # noqa: F401
-from tests.slurm.slurm_fixtures import slurm_cluster, slurm_env  # noqa: F401,E402
+from tests.slurm.slurm_fixtures import slurm_cluster, slurm_env  # noqa: F401

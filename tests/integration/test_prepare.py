@@ -21,7 +21,7 @@ from gridml.prepare.inputs import hash_file
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
-from make_root_ntuples import make_events, write_file
+from make_root_ntuples import make_events, write_file  # noqa: E402  (examples/ on the path first)
 
 N_FILES, N_EVENTS, CHUNK = 3, 3000, 1000
 

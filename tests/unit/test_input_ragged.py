@@ -41,7 +41,7 @@ def files(tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize("bucket", [False, True])
 def test_padded_batches_hold_each_events_own_tracks(files: list[str], bucket: bool) -> None:
     seen = []
-    for (x, tracks), y in _loader(files, bucket).batches([0]):
+    for (x, tracks), _y in _loader(files, bucket).batches([0]):
         ids = x[:, 0].astype(int)
         seen.extend(ids.tolist())
         for i, row in zip(ids, tracks):

@@ -39,7 +39,7 @@ def objective(p: dict) -> float:
 def run(algo: str, rounds: int, batch: int, space: dict = SPACE, fail_every: int = 0, **kw):
     """A campaign the way the controller runs it: the searcher rebuilt every cycle."""
     told, values = [], []
-    for r in range(rounds):
+    for _round in range(rounds):
         s = make(algo, space, **kw)
         s.tell(told, values)
         points = s.ask(batch)
