@@ -116,7 +116,7 @@ def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train
     spec = loaded.spec
     doc = trial_document(loaded, study, trial, train=train, validation=validation, inputs=inputs,
                          output_dir=str(workdir / "outputs"), api=api, git=git)
-    section = getattr(spec, spec.backend.executor, None)
+    section = getattr(spec, {"phpo": "panda"}.get(spec.backend.executor, spec.backend.executor), None)
     return TaskRequest(
         study=study.name, trial_id=trial.id, trial_number=trial.number,
         attempt=max(1, trial.attempts), workdir=workdir, trial=doc, model_file=loaded.model_path,

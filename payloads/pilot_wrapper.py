@@ -3,12 +3,14 @@
 The pilot has already staged the trial's input files into the job's working directory and runs
 prun's transformation (runGen), which calls::
 
-    python -m payloads.pilot_wrapper --train f1,f2 --validation v1 --trial <b64> --model <b64> \\
-        --model-name mlp.py [--gpus N] -- horovodrun -np 2 -H localhost:2 --gloo \\
-        python -m payloads.train_keras trial.json
+    python -m payloads.pilot_wrapper --train f1,f2 --validation v1 --trial <b64> \\
+        --sandbox jobO.gridml-<hash>.tar.gz --model-name mlp.py [--gpus N] -- \\
+        horovodrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras trial.json
 
 This wrapper then
-1. writes the user's model file and the trial file into the working directory, fixing the
+1. unpacks the user's code from the task's sandbox (``-a``: runGen fetched it from PanDA's
+   cache into the working directory; a runGen that unpacked it already leaves nothing to do;
+   ``--model <b64>`` instead carries a lone model file), writes the trial file, fixing the
    paths the submit host wrote (inputs -> the staged files, model_file, output_dir);
 2. checks every staged input against the size and adler32 the controller recorded;
 3. reports the GPUs the node gave (PanDA has no GPU count, see docs/grid.md);
@@ -28,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zlib
 from pathlib import Path
 from typing import Any
@@ -53,7 +56,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--train", default="", help="comma-separated staged training files (%%IN)")
     p.add_argument("--validation", default="", help="comma-separated staged validation files (%%IN2)")
     p.add_argument("--trial", required=True, help="the trial file, gzip+base64")
-    p.add_argument("--model", required=True, help="the user's model file, gzip+base64")
+    p.add_argument("--model", default=None, help="the user's model file, gzip+base64 (no sandbox)")
+    p.add_argument("--sandbox", default=None, help="the task's sandbox tarball (prun's -a)")
     p.add_argument("--model-name", required=True)
     p.add_argument("--gpus", type=int, default=0, help="GPUs the spec asked for")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
@@ -126,10 +130,15 @@ def prepare(args: argparse.Namespace, cwd: Path) -> int:
     """Write the model and trial files; 0 when the job can run."""
     try:
         doc = json.loads(unpack(args.trial))
-        (cwd / Path(args.model_name).name).write_bytes(unpack(args.model))
+        if args.model is not None:
+            (cwd / Path(args.model_name).name).write_bytes(unpack(args.model))
     except (ValueError, OSError, EOFError) as exc:
         say(f"cannot decode the trial or model file from the command line: {exc}")
         return EX_USAGE
+    problem = unpack_sandbox(args.sandbox, cwd, Path(args.model_name).name)
+    if problem:
+        say(problem)
+        return EX_DATAERR
     problems = check_inputs(doc, cwd)
     if problems:
         say("staged inputs are not what the controller recorded:\n  " + "\n  ".join(problems))
@@ -141,6 +150,27 @@ def prepare(args: argparse.Namespace, cwd: Path) -> int:
     (cwd / "outputs").mkdir(exist_ok=True)
     (cwd / "trial.json").write_text(json.dumps(fixed, indent=2, sort_keys=True))
     return 0
+
+
+def unpack_sandbox(name: str | None, cwd: Path, model: str) -> str | None:
+    """Unpack the sandbox runGen fetched (``-a``) into ``cwd``; a problem, or None."""
+    if not name:
+        return None if (cwd / model).is_file() else f"no --sandbox and no --model: {model} is missing"
+    tarball = cwd / Path(name).name
+    if not tarball.is_file():
+        if (cwd / model).is_file():
+            return None  # runGen unpacked it and removed the tarball
+        return f"the sandbox {name} is not in the job's directory (runGen's -a)"
+    try:
+        with tarfile.open(tarball) as tar:
+            tar.extractall(cwd, filter="data")
+            names = tar.getnames()
+    except (OSError, tarfile.TarError) as exc:
+        return f"cannot unpack the sandbox {name}: {exc}"
+    if not (cwd / model).is_file():
+        return f"the sandbox {name} has no {model} (it has {', '.join(names[:20])})"
+    say(f"sandbox {name}: {len(names)} file(s) unpacked")
+    return None
 
 
 def payload_env(pairs: list[str]) -> dict[str, str]:

@@ -74,7 +74,8 @@ class PandaExecutor:
     def submit(self, req: TaskRequest) -> str:
         """Submit the trial's task, or find the one already submitted for this attempt."""
         task = task_from_request(req, resolve_nickname(req.site), source_url=pc.source_url(),
-                                 client_version=pc.client_version())
+                                 client_version=pc.client_version(),
+                                 upload=lambda path: pc.put_file(str(path)))
         noted = journal.read(req.workdir)
         if noted:
             found = self._resume(noted, req.attempt, req)

@@ -248,3 +248,19 @@ def retry(task_id: int) -> str:
         raise ExecutorError(f"PanDA refused to retry jediTaskID={task_id} (code {code}): {message}",
                             hint="only finished or failed tasks can be retried")
     return str(message)
+
+
+# ---- the cache -----------------------------------------------------------------------------
+def put_file(path: str) -> str:
+    """``Client.putFile`` (the PanDA cache, as prun uploads its sandbox): the name jobs fetch
+    it by (the same file uploaded before keeps its first name: panda-client's reuseSandbox)."""
+    status, output = _call("putFile", path, False, useCacheSrv=True, reuseSandbox=True)
+    message = str(output)
+    if status == 0 and message.startswith("NewFileName:"):
+        return message.split(":")[-1]
+    if status == 0 and message == "True":
+        return os.path.basename(path)
+    if status == 0:
+        raise ExecutorError(f"PanDA's cache refused the sandbox {os.path.basename(path)}: {message}",
+                            hint="keep the sandbox under 10 MB (payload.files)")
+    raise _comm_error("putFile", f"the upload of the sandbox {os.path.basename(path)}")

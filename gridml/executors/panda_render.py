@@ -8,8 +8,9 @@ exactly what would be submitted. The layout follows prun (``PrunScript``) with `
 ``--workingGroup`` and ``--noBuild``; the job runs prun's transformation (runGen) with the
 exec string ``python -m payloads.pilot_wrapper ...``. Where gridml differs from prun:
 
-* no source sandbox (``-a``): the trial file and the user's model file travel inside the exec
-  string (gzip+base64), the payload code comes from the container image;
+* the user's code is a sandbox in PanDA's cache as prun's (``-a <name>``, :mod:`.panda_sandbox`),
+  unpacked by the pilot wrapper; the trial file travels inside the exec string (gzip+base64), the
+  payload code comes from the container image;
 * secondary input DIDs keep their ``scope:`` (prun's ``--secondaryDSs`` syntax cannot carry one);
 * one job per task: ``nFilesPerJob`` = all training files, each secondary stream takes all its files;
 * ``disableAutoRetry`` and ``skipScout``: gridml's controller decides about retries (``retryTask``),
@@ -33,7 +34,6 @@ from gridml.planner import OUTPUT_FILES, payload_command
 
 LOG_EXCLUDE = r"\.log\.tgz(\.\d+)*$"  # prun never feeds log tarballs of the input datasets to jobs
 WRAPPER = "python -m payloads.pilot_wrapper"
-MAX_MODEL_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class PandaTask:
     source_url: str | None = None
     cli_params: str = "gridml submit"
     name_suffix: str = ""  # ".aK": a new task for attempt K when the earlier one cannot be retried
+    sandbox: str | None = None  # the user's code in PanDA's cache (prun's -a), see panda_sandbox
 
 
 # ---- names --------------------------------------------------------------------------------------
@@ -103,16 +104,22 @@ def pack(data: bytes) -> str:
     return base64.urlsafe_b64encode(gzip.compress(data, mtime=0)).decode()
 
 
-def job_command(doc: dict[str, Any], model_source: bytes, model_name: str, *, workers: int,
-                controller: str, gpus: int = 0, env: dict[str, str] | None = None) -> str:
+def job_command(doc: dict[str, Any], model_source: bytes | None, model_name: str, *, workers: int,
+                controller: str, gpus: int = 0, env: dict[str, str] | None = None,
+                sandbox: str | None = None) -> str:
     """The exec string: the pilot wrapper, the payload's horovodrun line after ``--``.
 
-    ``%IN`` / ``%IN2`` are prun placeholders: runGen puts the staged file names there."""
+    ``%IN`` / ``%IN2`` are prun placeholders: runGen puts the staged file names there. With a
+    ``sandbox`` the model comes in it (``-a``, unpacked by the wrapper), else inside the string."""
     payload = payload_command(workers, controller, "trial.json",
                               framework=doc.get("training", {}).get("framework", "keras"))
     args = [WRAPPER, "--train", "%IN", "--validation", "%IN2",
-            "--trial", pack(json.dumps(doc, sort_keys=True).encode()),
-            "--model", pack(model_source), "--model-name", shlex.quote(model_name)]
+            "--trial", pack(json.dumps(doc, sort_keys=True).encode())]
+    if sandbox:
+        args += ["--sandbox", shlex.quote(sandbox)]
+    else:
+        args += ["--model", pack(model_source or b"")]
+    args += ["--model-name", shlex.quote(model_name)]
     if gpus:
         args += ["--gpus", str(gpus)]
     for key, value in sorted((env or {}).items()):
@@ -181,6 +188,8 @@ def job_parameters(t: PandaTask, name: str) -> list[dict[str, Any]]:
         {"type": "constant", "value": "-r ."},
         {"type": "constant", "value": "__delimiter__", "hidden": True},
     ]
+    if t.sandbox:  # prun's place for it: runGen fetches it from ${SURL}/cache/
+        items.append({"type": "constant", "value": f"-a {t.sandbox}"})
     out_map = {}
     for filename in t.outputs:
         lfn = output_lfn(t.nickname, filename)
@@ -202,15 +211,6 @@ def job_parameters(t: PandaTask, name: str) -> list[dict[str, Any]]:
                   "nFilesPerJob": t.n_validation})
     items.append({"type": "constant", "value": "--inMap \"{'IN': ${IN/T}, 'IN2': ${IN2/T}}\""})
     return items
-
-
-def check_model_size(model_source: bytes, model_name: str) -> str | None:
-    """A reason to refuse a model file too big to travel in the exec string, or None."""
-    if len(model_source) > MAX_MODEL_BYTES:
-        return (f"{model_name} is {len(model_source)} bytes; a grid trial carries the model file "
-                f"in its task parameters (at most {MAX_MODEL_BYTES} bytes): move helper code into "
-                "the container image (resources.container)")
-    return None
 
 
 # ---- reading rendered parameters back (the executor after a restart, the test double) --------------

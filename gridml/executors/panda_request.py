@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,8 @@ from gridml.errors import ExecutorError
 from gridml.executors import panda_client as pc
 from gridml.executors.base import TaskRequest
 from gridml.planner import output_files
-from gridml.executors.panda_render import (
-    PandaTask,
-    check_model_size,
-    job_command,
-    render_task_params,
-)
+from gridml.executors.panda_render import PandaTask, job_command, render_task_params
+from gridml.executors.panda_sandbox import Sandbox, sandbox_for
 
 log = logging.getLogger("gridml.executors.panda")
 PLACEHOLDER_NICK = "NICKNAME"
@@ -63,15 +60,17 @@ def _nickname_from_credentials() -> str:
 
 
 def task_from_request(req: TaskRequest, nickname: str, *, source_url: str | None = None,
-                      client_version: str = "2.2.0") -> PandaTask:
-    """The :class:`PandaTask` for one trial attempt, from its request and the model file."""
+                      client_version: str = "2.2.0",
+                      upload: Callable[[Path], str] | None = None) -> PandaTask:
+    """The :class:`PandaTask` for one trial attempt, from its request and the user's code.
+
+    The code goes as a sandbox (:func:`trial_sandbox`); ``upload`` puts it into PanDA's cache and
+    returns its name there (none: the dry run, which shows the name it will have)."""
     doc = grid_trial_document(req.trial.to_json())
-    model_src = req.model_file.read_bytes()
-    problem = check_model_size(model_src, req.model_file.name)
-    if problem:
-        raise ExecutorError(problem)
-    command = job_command(doc, model_src, req.model_file.name, workers=req.workers,
-                          controller=req.launcher, gpus=req.gpus, env=req.env)
+    sandbox = trial_sandbox(req)
+    name = upload(sandbox.write(req.workdir / "sandbox")) if upload else sandbox.name
+    command = job_command(doc, None, req.model_file.name, workers=req.workers,
+                          controller=req.launcher, gpus=req.gpus, env=req.env, sandbox=name)
     site = req.site
     return PandaTask(
         nickname=nickname, study=req.study, trial_number=req.trial_number,
@@ -82,7 +81,19 @@ def task_from_request(req: TaskRequest, nickname: str, *, source_url: str | None
         site=site.get("site"), working_group=site.get("working_group"),
         vo=site.get("vo") or "atlas", rse=site.get("rse"), client_version=client_version,
         source_url=source_url, outputs=output_files(req.trial.training.framework),
-        cli_params=f"gridml {__version__} submit: study {req.study}, trial {req.trial_number}")
+        cli_params=f"gridml {__version__} submit: study {req.study}, trial {req.trial_number}",
+        sandbox=name)
+
+
+def payload_files(req: TaskRequest) -> list[str] | None:
+    """The spec's ``payload.files`` (from the trial's provenance: the resolved spec)."""
+    files = ((req.trial.provenance.get("spec") or {}).get("payload") or {}).get("files")
+    return list(files) if files else None
+
+
+def trial_sandbox(req: TaskRequest, extra: dict[str, bytes] | None = None) -> Sandbox:
+    """The user's code as a sandbox (``payload.files`` or the model's folder)."""
+    return sandbox_for(req.model_file, payload_files(req), req.model_file.parent, extra)
 
 
 def grid_trial_document(doc: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,10 @@ class Payload(_Strict):
     framework: Literal["keras", "torch"] = Field(
         "keras", description="keras: Horovod + Keras (payloads/train_keras.py); torch: "
         "torchrun + DistributedDataParallel (payloads/train_torch.py)")
+    files: list[str] | None = Field(
+        None, description="PanDA (panda, phpo): the files of the sandbox that travels to the "
+        "worker node, relative to the model file's folder (checked at submit); default: that "
+        "whole folder")
 
 
 class Data(_Strict):
@@ -140,7 +144,7 @@ class Resources(_Strict):
 
 
 class Backend(_Strict):
-    executor: Literal["local", "panda", "slurm", "dryrun"] = "local"
+    executor: Literal["local", "panda", "phpo", "slurm", "dryrun"] = "local"
     data: Literal["local", "rucio"] = "local"
     server: str = Field("embedded", description="'embedded' or the URL of a `gridml serve`")
     retries: int = Field(1, ge=0, description="resubmissions of a failed trial")

@@ -25,17 +25,19 @@ OUTPUTS = OUTPUT_FILES  # what gridml stages out
 GRIDML_ONLY = {"skipScout", "disableAutoRetry"}  # gridml's own choices (see panda_render)
 PRUN_ONLY = {"osInfo"}  # the submitting host's OS, informational
 DIFFERENT = {"cliParams"}  # the command line that made the task
+SANDBOX = "jobO.gridml-0123456789abcdef.tar.gz"
 
 
 def gridml_task() -> PandaTask:
-    command = job_command({"study": "higgs", "output_dir": "/x"}, b"pass\n", "mlp.py", workers=2,
-                          controller="gloo", gpus=1)
+    command = job_command({"study": "higgs", "output_dir": "/x"}, None, "mlp.py", workers=2,
+                          controller="gloo", gpus=1, sandbox=SANDBOX)
     return PandaTask(nickname="dummy", study="higgs", trial_number=3,
                      train=["user.jdoe.higgs.train"], validation=["user.jdoe.higgs.val"],
                      n_train=2, n_validation=1, command=command, cores=8, memory_gb=16,
                      walltime_s=7200, gpus=1, vram_gb=16, container="docker://ghcr.io/gridml/payload:0.1",
                      site="ANALY_MANC_GPU", working_group="phys-higgs", rse="MANC_SCRATCHDISK",
-                     client_version=_client_version(), source_url="https://pandaserver.example.org:25443")
+                     client_version=_client_version(), source_url="https://pandaserver.example.org:25443",
+                     sandbox=SANDBOX)
 
 
 def _client_version() -> str:
@@ -81,7 +83,9 @@ def test_the_same_task_level_fields_as_prun(both: tuple[dict, dict]) -> None:
         assert ours[key] == prun[key], key
 
 
-def test_the_same_job_parameters_as_prun_without_a_sandbox(both: tuple[dict, dict]) -> None:
+def test_the_same_job_parameters_as_prun_with_the_sandbox(both: tuple[dict, dict]) -> None:
     ours, prun = both
-    theirs = [p for p in prun["jobParameters"] if p.get("value") != "-a None"]  # prun's sandbox
+    assert {"type": "constant", "value": "-a None"} in prun["jobParameters"]  # dry mode: no upload
+    theirs = [dict(p, value=f"-a {SANDBOX}") if p.get("value") == "-a None" else p
+              for p in prun["jobParameters"]]
     assert ours["jobParameters"] == theirs

@@ -18,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import tarfile
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,17 @@ def stage_in(data: Any, job: Job) -> None:
             data.download(did, job.workdir)
 
 
+def fetch_sandbox(opts: dict[str, str], job: Job) -> None:
+    """runGen's ``-a``: the sandbox from ``<sourceURL>/cache/<name>`` into the job's directory
+    (the wrapper unpacks it)."""
+    name = opts.get("-a")
+    if not name:
+        return
+    url = f"{opts.get('--sourceURL', '').rstrip('/')}/cache/{name}"
+    with urllib.request.urlopen(url, timeout=60) as r:
+        (job.workdir / os.path.basename(name)).write_bytes(r.read())
+
+
 def run(params: dict[str, Any], job: Job, data: Any, env: dict[str, str], timeout_s: float,
         *, fail: bool = False) -> None:
     """Run the job to its end: stage-in, exec, stage-out, log. Sets job.status/exit_code/diag.
@@ -115,6 +127,7 @@ def run(params: dict[str, Any], job: Job, data: Any, env: dict[str, str], timeou
         if fail:
             raise RuntimeError("lost heartbeat: the worker node went away (simulated)")
         stage_in(data, job)
+        fetch_sandbox(opts, job)
     except Exception as exc:
         return _end(params, job, data, 1, f"stage-in failed: {exc}")
     rc = _execute(exec_command(opts, job), job, env, timeout_s)

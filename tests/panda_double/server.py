@@ -11,6 +11,10 @@
     POST task/kill                       data = return code (0: registered)
     POST task/retry                      data = return code, message
     GET  task/get_task_parameters        data = the task parameter map
+    POST file_server/validate_cache_file {file_size, checksum} -> message FOUND:<host>:<name>
+                                         when the same file is in the cache (reuseSandbox)
+    POST file_server/upload_cache_file   multipart field "file" (Client.putFile) -> success
+    GET  /cache/<name>                   the cached file (what runGen's -a and Client.getFile get)
 
 Auth: with ``require_token`` every route but ``is_alive`` wants ``Authorization: Bearer <JWT>``
 (what panda-client sends with ``PANDA_AUTH=oidc``); the user is the token's ``name`` claim, as the
@@ -23,9 +27,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
 import threading
 from collections.abc import Callable
+from email.parser import BytesParser
+from email.policy import default as default_policy
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -53,6 +60,8 @@ class Api:
     def __init__(self, jedi: Jedi) -> None:
         self.jedi = jedi
         self.calls: list[str] = []  # "<METHOD> <module>/<method>" in order, for the tests
+        self.cache = jedi.workroot.parent / "cache"  # PanDA's cache (sandboxes)
+        self.uploads: list[str] = []
 
     def is_alive(self, p: dict[str, Any], user: str) -> dict[str, Any]:
         return response(True)
@@ -89,6 +98,24 @@ class Api:
         code, message = self.jedi.command(_int(p, "task_id") or -1, "retry")
         return response(True, message, code)
 
+    def validate_cache_file(self, p: dict[str, Any], user: str) -> dict[str, Any]:
+        """The gzip footer (CRC32, size) names a file already in the cache, as the server checks."""
+        for path in sorted(self.cache.glob("*")):
+            data = path.read_bytes()
+            if len(data) == _int(p, "file_size") and data[-8:-4] == int(
+                    p.get("checksum") or 0).to_bytes(4, "little"):
+                return response(True, f"FOUND:127.0.0.1:{path.name}")
+        return response(False, "not found")
+
+    def upload_cache_file(self, p: dict[str, Any], user: str) -> dict[str, Any]:
+        name, data = p.get("file") or (None, None)
+        if not name or data is None:
+            return response(False, "no file in the request")
+        self.cache.mkdir(parents=True, exist_ok=True)
+        (self.cache / os.path.basename(str(name))).write_bytes(data)
+        self.uploads.append(os.path.basename(str(name)))
+        return response(True, f"uploaded {os.path.basename(str(name))}")
+
     def get_task_parameters(self, p: dict[str, Any], user: str) -> dict[str, Any]:
         task = self.jedi.get(_int(p, "task_id") or -1)
         return response(True, data=task.params) if task else response(False, "Task not found")
@@ -110,6 +137,8 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "task/kill"): Api.kill,
     ("POST", "task/retry"): Api.retry,
     ("GET", "task/get_task_parameters"): Api.get_task_parameters,
+    ("POST", "file_server/validate_cache_file"): Api.validate_cache_file,
+    ("POST", "file_server/upload_cache_file"): Api.upload_cache_file,
 }
 OPEN = ("system/is_alive", "task/get_task_parameters")  # no credential needed, as on the server
 
@@ -134,12 +163,17 @@ class Handler(BaseHTTPRequestHandler):
         return None
 
     def do_GET(self) -> None:
+        path = urlparse(self.path).path
+        if path.startswith("/cache/"):  # open, as the cache's download route
+            return self._send_file(path[len("/cache/"):])
         query = parse_qs(urlparse(self.path).query)
         self._serve("GET", {k: v[0] if len(v) == 1 else v for k, v in query.items()})
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b"{}"
+        if self.headers.get_content_type() == "multipart/form-data":
+            return self._serve("POST", multipart(self.headers.get("Content-Type", ""), body))
         try:
             params = json.loads(body or b"{}")
         except ValueError:
@@ -165,6 +199,18 @@ class Handler(BaseHTTPRequestHandler):
         getpeercert = getattr(self.connection, "getpeercert", None)
         return user_from_certificate(getpeercert()) if getpeercert else None
 
+    def _send_file(self, name: str) -> None:
+        path = self.api.cache / os.path.basename(name)
+        if not path.is_file():
+            return self._reply(404, {"error": f"no {name} in the cache"})
+        self.api.calls.append(f"GET cache/{path.name}")
+        data = path.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def _reply(self, code: int, doc: dict[str, Any]) -> None:
         body = json.dumps(doc).encode()
         self.send_response(code)
@@ -172,6 +218,19 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+def multipart(content_type: str, body: bytes) -> dict[str, Any]:
+    """multipart/form-data fields: name -> (filename, bytes) for files, else the text."""
+    msg = BytesParser(policy=default_policy).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + body)
+    fields: dict[str, Any] = {}
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        data = part.get_payload(decode=True) or b""
+        filename = part.get_filename()
+        fields[str(name)] = (filename, data) if filename else data.decode(errors="replace")
+    return fields
 
 
 def serve(api: Api, *, port: int = 0, require_token: bool = True,

@@ -29,17 +29,18 @@ DOC = {"version": 1, "study": "higgs", "trial_number": 3, "hparams": {"units": 1
        "output_dir": "/home/u/.gridml/runs/higgs/trial-0003/outputs",
        "api": {"url": "http://127.0.0.1:8765", "token": "tok"}}
 MODEL = b"def build_model(hparams, input_shape):\n    return None\n"
+SANDBOX = "jobO.gridml-0123456789abcdef.tar.gz"
 
 
 def base_task(**kw: object) -> PandaTask:
-    command = job_command(DOC, MODEL, "mlp.py", workers=2, controller="gloo",
-                          gpus=int(kw.get("gpus", 0)))  # type: ignore[arg-type]
+    command = job_command(DOC, None, "mlp.py", workers=2, controller="gloo",
+                          gpus=int(kw.get("gpus", 0)), sandbox=SANDBOX)  # type: ignore[arg-type]
     task = PandaTask(nickname="jdoe", study="higgs", trial_number=3,
                      train=["user.jdoe:higgs.train"], validation=["user.jdoe:higgs.val"],
                      n_train=2, n_validation=1, command=command, cores=2, memory_gb=4,
                      walltime_s=5400, client_version="2.2.0",
                      source_url="https://pandaserver.cern.ch:25443",
-                     cli_params="gridml submit higgs.yaml (study higgs, trial 3)")
+                     cli_params="gridml submit higgs.yaml (study higgs, trial 3)", sandbox=SANDBOX)
     return replace(task, **kw)  # type: ignore[arg-type]
 
 
@@ -116,7 +117,11 @@ def test_exec_string_carries_trial_and_model_and_the_planner_command() -> None:
     assert command.startswith("python -m payloads.pilot_wrapper --train %IN --validation %IN2 ")
     assert command.endswith("-- horovodrun -np 2 -H localhost:2 --gloo python -m "
                             "payloads.train_keras trial.json")
-    assert unpack_option(command, "--model") == MODEL
+    assert f"--sandbox {SANDBOX} --model-name mlp.py" in command and "--model " not in command
+    assert {"type": "constant", "value": f"-a {SANDBOX}"} == p["jobParameters"][3]  # prun's place
+    assert p["sourceURL"] == "https://pandaserver.cern.ch:25443"  # where runGen fetches it from
+    lone = job_command(DOC, MODEL, "mlp.py", workers=1, controller="gloo")  # no sandbox
+    assert unpack_option(lone, "--model") == MODEL
     with_env = job_command(DOC, MODEL, "mlp.py", workers=1, controller="mpi", env={"A": "x y"})
     assert "--env 'A=x y' -- horovodrun -np 1 -H localhost:1 --mpi" in with_env
     assert trial_doc_of(p) == DOC
