@@ -186,7 +186,8 @@ def test_a_job_over_its_walltime_fails_with_timeout(data: tuple[str, str], tmp_p
     # the node's setup (slurm.setup) alone outlasts the walltime
     spec = spec_for(tmp_path, "slurm-time", data, slurm_env, 1, 1, slurm=", setup: ['sleep 600']",
                     **sections)
-    gridml("submit", str(spec), "--quiet", timeout=600)
+    proc = gridml("submit", str(spec), "--quiet", timeout=600, check=False)
+    assert proc.returncode == 1 and "no trial completed" in proc.stderr, proc.stderr
     trial = gridml_json("status", "slurm-time")["trials"][0]
     assert trial["state"] == "failed" and trial["attempts"] == 1, trial
     assert re.match(r"Slurm job \d+ TIMEOUT on n\d: it hit its walltime", trial["error"]), trial["error"]
