@@ -11,7 +11,7 @@ from gridml.executors.base import Executor, TaskRequest, TaskStatus
 
 __all__ = ["EXECUTORS", "Executor", "TaskRequest", "TaskStatus", "create"]
 
-EXECUTORS = ("local", "panda", "slurm", "dryrun")
+EXECUTORS = ("local", "panda", "phpo", "slurm", "dryrun")
 
 
 def create(name: str, *, data: DataManager | None = None, journal: Path | None = None, dry_run: bool = False,
@@ -27,6 +27,10 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
             from gridml.executors.panda_request import render_for_request
 
             return DryRunExecutor(render=render_for_request, remote=True)
+        if name == "phpo":  # one task for the whole study
+            from gridml.executors.panda_phpo import render_for_request as render_phpo
+
+            return DryRunExecutor(render=render_phpo, remote=True, per_study=True)
         if name == "slurm":
             from gridml.executors.slurm_render import render_for_request as render_slurm
 
@@ -40,6 +44,11 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
         from gridml.executors.panda import PandaExecutor
 
         return PandaExecutor(data=data, journal=journal, **options)
+    if name == "phpo":
+        raise UsageError("backend.executor phpo: `gridml submit --dry-run --json` shows the phpo "
+                         "task; following it from gridml is not there yet",
+                         hint="submit the dry run's parameters with panda-client, or use "
+                              "backend.executor: panda")
     if name == "slurm":
         from gridml.executors.slurm import SlurmExecutor
 

@@ -22,8 +22,9 @@ class DryRunExecutor:
     remote = False
 
     def __init__(self, render: Callable[[TaskRequest], dict[str, Any]] = render_local,
-                 remote: bool = False) -> None:
+                 remote: bool = False, per_study: bool = False) -> None:
         self.render = render
+        self.per_study = per_study  # one task for the whole study (phpo): rendered once
         self.remote = remote  # rendering for a remote executor: inputs are not staged here
         self.rendered: list[dict[str, Any]] = []
         self._handles: set[str] = set()
@@ -33,7 +34,8 @@ class DryRunExecutor:
         handle = f"dryrun:{req.trial_id}:{req.attempt}"
         if handle not in self._handles:  # idempotent per attempt, like every executor
             self._handles.add(handle)
-            self.rendered.append(self.render(req))
+            if not (self.per_study and self.rendered):
+                self.rendered.append(self.render(req))
         return handle
 
     def poll(self, handle: str) -> TaskStatus:
