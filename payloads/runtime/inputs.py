@@ -152,7 +152,11 @@ class ShardedLoader:
                     return
                 n = self._fill(group, buf, epoch, first)
                 first += len(group)
-                if not self._put(out, (epoch, w, buf, n)):
+                # the row order is drawn here, beside the (GIL-free) reads, not in the gather's
+                # thread: the two threads' work is more even
+                perm = (plan.row_permutation(n, self.seed, epoch, self.rank, w) if self.shuffle
+                        else None)
+                if not self._put(out, (epoch, w, buf, n, perm)):
                     return
 
     def close(self) -> None:
@@ -169,7 +173,7 @@ class ShardedLoader:
             if isinstance(item, _Failed):  # the reader failed: pass it on, stop
                 self._put(out, item)
                 return
-            epoch, w, buf, n = item
+            epoch, w, buf, n, perm = item
             if epoch != epoch_now and carry is not None:  # the last partial batch of an epoch
                 if len(carry[self.labels]) and not self._put(out, _slab1(carry)):
                     return
@@ -180,7 +184,6 @@ class ShardedLoader:
                 dest = self._get(self._outs)
                 if dest is None:
                     return
-            perm = plan.row_permutation(n, self.seed, epoch, self.rank, w) if self.shuffle else None
             rows = {k: _gather(a[:n], perm, None if dest is None else dest[k][:n])
                     for k, a in buf.items()}
             free.put(buf)
@@ -303,9 +306,9 @@ class ShardedLoader:
             for t in threads:
                 t.join(5.0)
 
-    def batches(self, epochs: Iterable[int]) -> Iterator[tuple[Any, Any]]:
-        """Yield (features, labels) batches of ``epochs``."""
-        for slab in self.slabs(epochs):
+    def batches(self, epochs: Iterable[int], reuse: bool = False) -> Iterator[tuple[Any, Any]]:
+        """Yield (features, labels) batches of ``epochs`` (``reuse``: see :meth:`slabs`)."""
+        for slab in self.slabs(epochs, reuse=reuse):
             for i in range(len(slab[self.labels])):
                 yield self.xy({k: a[i] for k, a in slab.items()})
 
