@@ -53,6 +53,11 @@ class SkoptSearcher(BaseSearcher):
         super().__init__(space, **kwargs)
         _check(self.options)
         self.dimensions = dimensions(self.space)
+        try:  # refuse what skopt refuses (e.g. acq_func_kwargs) now, in one line, not at ask
+            self._optimizer(0)
+        except (TypeError, ValueError) as exc:
+            raise SearchError(f"search.options: scikit-optimize refused them: {exc}",
+                              hint="see skopt.Optimizer's documentation") from None
 
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
         points, y = self.observations()
@@ -62,22 +67,29 @@ class SkoptSearcher(BaseSearcher):
             state = self.seed % 2**31  # one design for the study: each position takes its point
         with one_blas_thread(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "evaluated at this point before": we filter
-            opt = Optimizer(self.dimensions, base_estimator=opts["base_estimator"],
-                            n_initial_points=int(opts["n_initial_points"]),
-                            initial_point_generator=opts["initial_point_generator"],
-                            acq_func=opts["acq_func"], acq_optimizer=opts["acq_optimizer"],
-                            acq_func_kwargs=opts["acq_func_kwargs"],
-                            acq_optimizer_kwargs=opts["acq_optimizer_kwargs"],
-                            random_state=state)
+            opt = self._optimizer(state)
             xs = self.to_skopt(points + pending)
             ys = [float(v) for v in y] + [float(np.min(y)) if len(y) else 0.0] * len(pending)
-            if xs:
-                opt.tell(xs, ys)  # one fit over observations and lies
-            asked = opt.ask(n_points=n, strategy="cl_min")
+            try:
+                if xs:
+                    opt.tell(xs, ys)  # one fit over observations and lies
+                asked = opt.ask(n_points=n, strategy="cl_min")
+            except (TypeError, ValueError) as exc:  # e.g. acq_optimizer_kwargs it cannot use
+                raise SearchError(f"search.options: scikit-optimize failed with them: {exc}",
+                                  hint="see skopt.Optimizer's documentation") from None
         out = self.novel(self.from_skopt(asked), seen, n)
         if len(out) < n:
             out += draw_novel(self, self.rng(pending, salt=1), n - len(out), seen)
         return out
+
+    def _optimizer(self, state: int) -> Any:
+        opts = self.options
+        return Optimizer(self.dimensions, base_estimator=opts["base_estimator"],
+                         n_initial_points=int(opts["n_initial_points"]),
+                         initial_point_generator=opts["initial_point_generator"],
+                         acq_func=opts["acq_func"], acq_optimizer=opts["acq_optimizer"],
+                         acq_func_kwargs=opts["acq_func_kwargs"],
+                         acq_optimizer_kwargs=opts["acq_optimizer_kwargs"], random_state=state)
 
     def to_skopt(self, points: list[Point]) -> list[list[Any]]:
         """Rows of skopt values (inactive parameters at their imputed value)."""
