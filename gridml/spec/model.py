@@ -12,7 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gridml.search.validate import condition_problems, dimension_problems, point_problems
 
-from payloads.runtime.trial import TrainingOptions  # the trial contract's one definition
+from payloads.runtime.trial import (  # the trial contract's definitions
+    PRECISIONS,
+    Precision,
+    TrainingOptions,
+)
 
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 _WALLTIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -65,9 +69,21 @@ class Training(_Strict):
     optimizer: Literal["adam", "sgd", "rmsprop", "adamw"] = "adam"
     workers: int = Field(1, ge=1, description="Horovod ranks per trial")
     horovod: Literal["gloo", "mpi"] = "gloo"
-    mixed_precision: bool = False
+    mixed_precision: bool | Precision = Field(
+        False, description="false | true (float16 on a GPU, float32 on a CPU) | bf16 | fp16 "
+        "(also Keras' mixed_float16 / mixed_bfloat16)")
     options: TrainingOptions = Field(default_factory=TrainingOptions,
                                      description="refinements of the payload (docs/payload.md)")
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _precision(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.strip().lower() in PRECISIONS:
+            return v.strip().lower()
+        raise ValueError(f"{v!r} is not a precision; write false, true, bf16 or fp16 (or Keras' "
+                         "mixed_float16 or mixed_bfloat16)")
 
 
 class Dimension(_Strict):

@@ -79,13 +79,12 @@ def choose_device(wanted: int, local_rank: int) -> torch.device:
 
 def precision(option: Any, device: torch.device) -> tuple[torch.dtype | None, bool, str]:
     """(autocast dtype or None, use a GradScaler, name) for ``training.mixed_precision``:
-    ``true``/fp16 is float16 with a GradScaler on a GPU and float32 on a CPU (as for Keras);
-    bf16 is honoured on both."""
-    if option in (None, False, "float32", "none"):
-        return None, False, "float32"
-    if str(option).lower() in ("mixed_bfloat16", "bf16", "bfloat16"):
+    ``true``/fp16 is float16 autocast with a GradScaler on a GPU and float32 on a CPU (with a
+    log line, as for Keras); bf16 is bfloat16 autocast (no scaler) on both."""
+    kind = gpu.effective_precision(option, device.type == "cuda")
+    if kind == "bf16":
         return torch.bfloat16, False, "bfloat16"
-    if device.type == "cuda":
+    if kind == "fp16":
         return torch.float16, True, "float16"
     return None, False, "float32"
 

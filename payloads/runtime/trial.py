@@ -25,6 +25,9 @@ from typing import Any, Literal, Union
 from payloads.runtime.errors import PayloadFailure
 
 CONTRACT_VERSION = 2
+# training.mixed_precision besides true/false: bf16 | fp16 and Keras' policy names
+Precision = Literal["bf16", "fp16", "mixed_float16", "mixed_bfloat16"]
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 READABLE_VERSIONS = (1, 2)  # version 1: the options sat directly in the training block
 FRAMEWORKS = ("keras", "torch")
 
@@ -60,7 +63,7 @@ class Training:
     loss: str = "binary_crossentropy"
     metrics: tuple[str, ...] = ("accuracy",)
     optimizer: str = "adam"
-    mixed_precision: bool | str = False
+    mixed_precision: bool | Precision = False
     workers: int = 1  # ranks in all
     launcher: str = "gloo"  # keras: horovodrun's controller (gloo | mpi); torch: torchrun
     options: TrainingOptions = field(default_factory=TrainingOptions)
