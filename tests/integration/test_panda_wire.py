@@ -177,9 +177,9 @@ def test_missing_credentials_are_named(panda: PandaDouble, spec: Path, tmp_path:
         make_campaign(spec).step()
     named = spec.parent / "named.yaml"
     named.write_text(spec.read_text().replace("name: wire", "name: named") + "panda: {nickname: jtester}\n")
-    with pytest.raises(ExecutorError, match=r"refused the submission of task user\.jtester\.named"
-                                            r"\.trial-0000/ .*check your PanDA credentials"):
-        make_campaign(named).step()  # no token sent: the server says 403
+    with pytest.raises(ExecutorError, match=r"refused the upload of the sandbox jobO\.gridml-"
+                                            r"[0-9a-f]{16}\.tar\.gz .*check your PanDA credentials"):
+        make_campaign(named).step()  # no token sent: the server says 403 (to the upload, first)
 
 
 def test_a_task_that_cannot_be_defined_is_broken_and_the_trial_fails(panda: PandaDouble, spec: Path) -> None:
