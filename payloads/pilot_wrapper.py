@@ -17,7 +17,9 @@ This wrapper then
 4. runs the payload's horovodrun line, its output in ``payload.log`` (which goes to the log tarball);
 5. moves the payload's outputs (model, plots, metrics.jsonl, provenance.json, result.json) into
    the working directory, where runGen renames them and the pilot stages them out.
-Exit status: the payload's; 65 when an input is missing or corrupt, 64 for a bad command line.
+Exit status: the payload's (for torchrun, the failing rank's code from ``payload_exit_code``, as
+torchrun exits 1 whatever it was); 65 when an input is missing or corrupt, 64 for a bad command
+line.
 """
 
 from __future__ import annotations
@@ -186,15 +188,30 @@ def payload_env(pairs: list[str]) -> dict[str, str]:
 
 def run_payload(command: list[str], cwd: Path, env: dict[str, str]) -> int:
     """The payload's horovodrun line; its output to payload.log and, at the end, a tail to stderr."""
-    log = cwd / "payload.log"
+    log, code_file = cwd / "payload.log", cwd / "payload_exit_code"
+    code_file.unlink(missing_ok=True)
+    env = {**env, "GRIDML_EXIT_FILE": str(code_file)}
     say(f"running {' '.join(command)}")
     with open(log, "wb") as fh:
         rc = subprocess.run(command, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env,
                             check=False).returncode
     if rc != 0:
+        rank = rank_exit_code(code_file)
+        if rank is not None and rank != rc:
+            say(f"the launcher exited with {rc}, the failing rank with {rank}: exiting with {rank}")
+            rc = rank
         tail = log.read_text(errors="replace").splitlines()[-40:]
         say(f"payload exited with {rc}; last lines of payload.log:\n" + "\n".join(tail))
     return rc
+
+
+def rank_exit_code(path: Path) -> int | None:
+    """The code a failing rank of the torch payload wrote (torchrun itself exits 1), or None."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and 0 < int(text) < 256 else None
 
 
 def collect(cwd: Path) -> list[str]:

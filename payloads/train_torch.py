@@ -7,7 +7,9 @@ disjoint shuffled shard per rank, metrics summed over ranks, rank 0 reporting ev
 then POST) and checkpointing, and at the end model.pt, model.onnx, curves.png, provenance.json
 and result.json. Needs neither TensorFlow nor Horovod.
 Exit codes: 0 done (completed or pruned), 1 training failed, 2 bad trial file/model file,
-3 bad input data. The last line on stderr is the reason.
+3 bad input data, 130 interrupted. The last line on stderr is the reason. torchrun itself exits 1
+whatever a rank's code was, so a failing rank also writes its code to ``$GRIDML_EXIT_FILE``
+(set by the local executor and the pilot wrapper), which they report instead of torchrun's.
 """
 
 from __future__ import annotations
@@ -42,7 +44,35 @@ def die_with_launcher() -> None:
         os._exit(137)
 
 
+def record_exit_code(code: int) -> None:
+    """Write this rank's failure code to ``$GRIDML_EXIT_FILE`` (when set), for the launcher's
+    caller: the first rank to fail writes it; a specific code (2, 3, 130) replaces a plain 1
+    (a rank that failed only because another one had left)."""
+    path = os.environ.get("GRIDML_EXIT_FILE")
+    if not path or code == 0:
+        return
+    try:
+        old = int(open(path).read().strip() or 0)
+    except (OSError, ValueError):
+        old = 0
+    if old not in (0, 1) or (old == 1 and code == 1):
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(f"{code}\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    code = _main(argv)
+    record_exit_code(code)
+    return code
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: torchrun --nproc-per-node N -m payloads.train_torch TRIAL.json",

@@ -19,7 +19,12 @@ from gridml.errors import ExecutorError
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.planner import local_payload_command
 
-_WRAPPER = '"$@"; code=$?; echo $code > exit_code.tmp && mv exit_code.tmp exit_code; exit $code'
+# torchrun exits 1 whatever its rank's code: the torch payload writes its own code (2 bad trial or
+# model file, 3 bad data, ...) to $GRIDML_EXIT_FILE, which then stands for the launcher's
+_WRAPPER = ('rm -f payload_exit_code; "$@"; code=$?; '
+            'if [ $code -ne 0 ] && [ -s payload_exit_code ]; then read -r c < payload_exit_code; '
+            'case "$c" in ""|*[!0-9]*) ;; *) code=$c;; esac; fi; '
+            'echo $code > exit_code.tmp && mv exit_code.tmp exit_code; exit $code')
 
 
 def _alive(pid: int) -> bool:
@@ -79,7 +84,8 @@ class LocalExecutor:
         # Horovod's 30 s defaults for rank start-up and Gloo rendezvous are too short when
         # TensorFlow imports on a busy node; users can still set their own.
         env = {"HOROVOD_START_TIMEOUT": "300", "HOROVOD_GLOO_TIMEOUT_SECONDS": "300",
-               **os.environ, **req.env, "GRIDML_TRIAL_DIR": str(req.workdir)}
+               **os.environ, **req.env, "GRIDML_TRIAL_DIR": str(req.workdir),
+               "GRIDML_EXIT_FILE": str(run / "payload_exit_code")}
         env["PATH"] = f"{Path(local_payload_command(req)[0]).parent}:{env.get('PATH', '')}"
         with open(run / "payload.log", "ab") as log:
             try:
