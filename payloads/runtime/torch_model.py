@@ -79,10 +79,14 @@ def build(user: UserModel, path: Path, hparams: dict[str, Any], input_shape: Any
 
 
 def rebuild(model_pt: str | Path, model_file: str | Path | None = None) -> torch.nn.Module:
-    """The trained model from an output folder's ``model.pt`` (and its ``model_source.py``)."""
+    """The trained model from an output folder's ``model.pt`` (and its ``model_source.py``;
+    fetched files keep their prefix: ``<prefix>model.pt`` beside ``<prefix>model_source.py``)."""
     model_pt = Path(model_pt)
     blob = torch.load(model_pt, map_location="cpu", weights_only=False)
     src = Path(model_file) if model_file else model_pt.parent / blob["model_source"]
+    if not model_file and not src.is_file() and model_pt.name.endswith("model.pt"):
+        prefix = model_pt.name[:-len("model.pt")]
+        src = model_pt.parent / f"{prefix}{blob['model_source']}"
     model = build(load(src), src, blob["hparams"], blob["input_shape"])
     model.load_state_dict(blob["state_dict"])
     return model.eval()

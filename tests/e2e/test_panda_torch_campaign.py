@@ -1,0 +1,94 @@
+"""A torch campaign through the PanDA wire double: 2 trials x 2 torchrun ranks x 1 epoch.
+
+As tests/e2e/test_panda_campaign.py runs Keras: ``gridml submit`` in its own process with
+``backend.executor: panda`` against the double, which plays JEDI and the pilot. Each job unpacks
+the sandbox, runs the pilot wrapper and then the job's torchrun line (torchrun from the node's
+PATH) around ``payloads.train_torch``; the outputs (model.pt, metrics, results) are staged out,
+fetched by the executor, and ``gridml fetch`` returns the best trial's model.pt, which rebuilds.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import ROOT, gridml, gridml_json
+from tests.panda_double import PandaDouble
+from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.service]
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("panda-torch")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GRIDML_HOME", str(tmp / "home"))
+    train, val = register_sample_data(tmp, n_train=800, n_val=300)
+    spec = panda_spec(
+        tmp, "gridtorch", train, val,
+        backend="backend: {executor: panda, data: local, server: embedded, retries: 2}\n",
+        payload=f"payload:\n  framework: torch\n  model: {ROOT / 'examples/models/deepsets_torch.py'}\n",
+        training="training: {epochs: 1, batch_size: 128, metrics: [accuracy, auc], workers: 2}\n",
+        search=textwrap.dedent("""\
+            search:
+              algorithm: random
+              objective: val_loss
+              max_trials: 2
+              parallel: 2
+              seed: 5
+              space:
+                learning_rate: {type: real, low: 1.0e-3, high: 1.0e-2, log: true}
+                units: {type: int, low: 8, high: 16}
+            """))
+    with PandaDouble(tmp / "panda") as panda:
+        for key, value in panda.client_env().items():
+            mp.setenv(key, value)
+        proc = gridml("submit", str(spec), "--quiet", timeout=1200)
+        c = make_campaign(spec)
+        yield {"tmp": tmp, "campaign": c, "panda": panda, "submit": proc}
+    mp.undo()
+
+
+def test_both_trials_ran_torchrun_as_panda_jobs(campaign: dict[str, Any]) -> None:
+    c, panda = campaign["campaign"], campaign["panda"]
+    trials = c.store.list_trials(c.study.id)
+    jobs = {t.task_id: (t.history, [j.diag for j in t.jobs]) for t in panda.jedi.tasks.values()}
+    assert [t.state for t in trials] == ["completed"] * 2, ([t.error for t in trials], jobs)
+    for task in panda.jedi.tasks.values():
+        assert task.status == "done"
+        job = task.jobs[-1]
+        log = (job.workdir / "payload.stdout").read_text(errors="replace")
+        assert "torchrun" in log and "payloads.train_torch" in log
+        assert "pilot_wrapper: outputs:" in log and "model.pt" in log
+    for trial in trials:
+        epochs = c.store.list_epochs(trial.id)
+        assert [e.epoch for e in epochs] == [1] and trial.objective is not None
+        assert {"loss", "auc", "val_loss", "val_auc"} <= set(epochs[0].metrics)
+
+
+def test_outputs_came_back_and_the_best_model_rebuilds(campaign: dict[str, Any]) -> None:
+    c = campaign["campaign"]
+    for trial in c.store.list_trials(c.study.id):
+        names = {o["name"].rsplit(".", 2)[-2] + "." + o["name"].rsplit(".", 1)[-1]
+                 for o in trial.outputs}
+        assert {"model.pt", "metrics.jsonl", "provenance.json", "result.json"} <= names, names
+        assert "model.keras" not in names
+    env = {"GRIDML_HOME": str(campaign["tmp"] / "home")}
+    best = gridml_json("best", "gridtorch", env=env)
+    assert f"best trial {best['number']}" in campaign["submit"].stdout
+    dest = Path(campaign["tmp"]) / "fetched"
+    gridml("fetch", "gridtorch", "--best", "-o", str(dest), env=env)
+    model = next(p for p in dest.iterdir() if p.name.endswith("model.pt"))
+    code = ("import sys, torch; from payloads.runtime.torch_model import rebuild; "
+            "m = rebuild(sys.argv[1]); print(type(m).__name__)")
+    proc = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
