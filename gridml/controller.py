@@ -112,6 +112,12 @@ class Campaign:
 
     def step(self) -> bool:
         """One cycle; True when the campaign is over."""
+        follow = getattr(self.executor, "follow", None)
+        if follow is not None:  # the executor's service proposes the points (phpo: iDDS)
+            done = bool(follow(self))
+            if self.on_cycle:
+                self.on_cycle(self.study, self.store.list_trials(self.study.id))
+            return done
         trials = self.store.list_trials(self.study.id)
         for trial in trials:
             if trial.state in ("submitted", "running"):
@@ -183,6 +189,15 @@ class Campaign:
                             inputs=inputs,
                             api={"url": self.api_url, "token": token} if self.api_url else None,
                             git=self._git)
+
+    def template_request(self) -> TaskRequest:
+        """The plan of a trial without a point yet, in ``<runs>/<study>/phpo``: what a per-study
+        executor (phpo) sends once, for its service to fill in each point."""
+        workdir = self.runs_dir / self.study.name / "phpo"
+        train, val, inputs = self._stage_inputs(workdir)
+        trial = Trial(id=0, study_id=self.study.id, number=0, hparams={})
+        return planner.plan(self.loaded, self.study, trial, workdir, train=train, validation=val,
+                            inputs=inputs, api=None, git=self._git)
 
     @functools.cached_property
     def _git(self) -> str | None:

@@ -44,11 +44,10 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
         from gridml.executors.panda import PandaExecutor
 
         return PandaExecutor(data=data, journal=journal, **options)
-    if name == "phpo":
-        raise UsageError("backend.executor phpo: `gridml submit --dry-run --json` shows the phpo "
-                         "task; following it from gridml is not there yet",
-                         hint="submit the dry run's parameters with panda-client, or use "
-                              "backend.executor: panda")
+    if name == "phpo":  # one HPO task for the whole study, followed by the campaign loop
+        from gridml.executors.panda_phpo import PhpoExecutor
+
+        return PhpoExecutor(data=data, journal=journal, **options)
     if name == "slurm":
         from gridml.executors.slurm import SlurmExecutor
 

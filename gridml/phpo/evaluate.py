@@ -19,6 +19,7 @@ point becomes a trial of the study on that ``gridml serve`` and reports every ep
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -234,9 +235,20 @@ def loss_of(doc: contract.TrialDoc, outputs: Path) -> float:
     return -value if direction == "maximize" else value
 
 
-def pack_metrics(path: Path, cwd: Path) -> list[str]:
+EVALUATION = "evaluation.json"  # in the metrics tarball: the point, output.json, the server trial
+
+
+def pack_metrics(path: Path, cwd: Path, evaluation: dict[str, Any] | None = None) -> list[str]:
+    """The metrics tarball; ``evaluation`` (point and outcome) goes in as evaluation.json, so
+    whoever follows the task (gridml's phpo executor) knows which point each tarball is."""
     packed = []
     with tarfile.open(path, "w:gz") as tar:
+        if evaluation is not None:
+            data = json.dumps(evaluation, indent=2, default=str).encode()
+            info = tarfile.TarInfo(EVALUATION)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            packed.append(EVALUATION)
         for name in METRIC_FILES:
             if (cwd / "outputs" / name).is_file():
                 tar.add(cwd / "outputs" / name, arcname=name)
@@ -276,9 +288,19 @@ def evaluate(template: Path, files: Files, *, cwd: Path | None = None, sandbox: 
         if server and trial:
             server.finish(int(trial["id"]), "failed", None, str(exc))
     if files.metrics is not None:
-        out["metrics"] = pack_metrics(files.metrics, cwd)
+        out["metrics"] = pack_metrics(files.metrics, cwd, _evaluation(files, out, trial))
     write_output(files.output, out)
     return out
+
+
+def _evaluation(files: Files, out: dict[str, Any], trial: dict[str, Any] | None) -> dict[str, Any]:
+    try:
+        model_id, hparams = read_point(files.input)
+    except EvaluationFailed:
+        model_id, hparams = None, None
+    return {"hparams": hparams, "model_id": model_id, **out,
+            "trial_id": int(trial["id"]) if trial else None,
+            "trial_number": int(trial["number"]) if trial else None}
 
 
 def template_from_spec(spec_path: Path, cwd: Path) -> Path:

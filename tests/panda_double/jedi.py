@@ -4,7 +4,8 @@ A new task first sits in DEFT's table only (``register_delay_s``): the server an
 for it and a resubmission is a duplicate with code 1. Then tasks move registered -> defined -> ready -> running -> done | failed (one job per task, as gridml
 submits them; ``finish_next`` makes a task end ``finished``, as when JEDI counts some of its input
 files as failed), broken when they cannot be defined (an input dataset unknown or empty, no job
-parameters), aborting -> aborted when killed. The rules follow the real server's
+parameters), aborting -> aborted when killed. A phpo task (``hpoWorkflow``) runs as iDDS runs it
+(:mod:`.idds`: the steering command for real, one evaluation job per point). The rules follow the real server's
 ``insertTaskParamsPanda`` and ``sendCommandTaskPanda``: a task name reused while the task is
 active is a duplicate (code 2, the old jediTaskID in the message), reused after it ended means
 incremental re-execution (code 3); too many active tasks is code 10; ``retry`` is accepted only
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.panda_double import pilot
+from tests.panda_double import idds, pilot
 
 ACTIVE = ("registered", "defined", "ready", "scouting", "running", "paused", "throttled", "pending")
 FINAL = ("finished", "failed", "aborted", "done", "exhausted")
@@ -166,9 +167,12 @@ class Jedi:
                 return self._define(task)
             if task.status == "defined":
                 return task.set("ready")
+            if task.status == "ready" and not self.hold and task.params.get("hpoWorkflow"):
+                task.set("running")
+                return idds.start(self, task)  # iDDS ends the task
             if task.status == "ready" and not self.hold:
                 return self._start_job(task)
-            if task.status == "running":
+            if task.status == "running" and not task.params.get("hpoWorkflow"):
                 return self._watch_job(task)
             if task.status == "aborting" and not any(j.status == "running" for j in task.jobs):
                 task.set("aborted")
@@ -221,6 +225,26 @@ class Jedi:
         self.fail_next -= int(fail)
         threading.Thread(target=pilot.run, args=(task.params, job, self.data(), self.env, hours * 3600),
                          kwargs={"fail": fail}, name=f"pilot-{job.panda_id}", daemon=True).start()
+
+    def start_hpo_job(self, task: Task, point: Any) -> pilot.Job:
+        """An evaluation job of a phpo task for ``point`` (iDDS asks for it)."""
+        with self._lock:
+            self._next_job += 1
+            job = pilot.Job(self._next_job, task.task_id, len(task.jobs) + 1,
+                            self.workroot / f"{task.task_id}" / f"{self._next_job}", dict(task.streams))
+            task.jobs.append(job)
+        hours = float(task.params.get("maxWalltime") or 24)
+        threading.Thread(target=pilot.run_hpo, args=(task.params, job, point, self.data(), self.env,
+                                                      hours * 3600),
+                         name=f"pilot-{job.panda_id}", daemon=True).start()
+        return job
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     def _watch_job(self, task: Task) -> None:
         job = task.jobs[-1]

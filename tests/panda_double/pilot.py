@@ -12,6 +12,7 @@ The container image is not pulled: the job runs on the host, in the environment 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shlex
@@ -43,6 +44,7 @@ class Job:
     diag: str = ""
     outputs: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    result: dict[str, Any] | None = None  # an HPO job's output.json (status, loss, message)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -136,6 +138,46 @@ def run(params: dict[str, Any], job: Job, data: Any, env: dict[str, str], timeou
     missing = stage_out(params, opts, job, data) if rc == 0 else []
     diag = f"exec exited with {rc}" if rc else (f"missing outputs: {missing}" if missing else "")
     _end(params, job, data, rc or (1 if missing else 0), diag)
+
+
+def run_hpo(params: dict[str, Any], job: Job, point: Any, data: Any, env: dict[str, str],
+            timeout_s: float) -> None:
+    """An evaluation job of a phpo task, as runHPO runs it: stage in, fetch and unpack the
+    sandbox (``-a``), write the point (``--inSampleFile``) and the staged file names
+    (``--writeInputToTxt STREAM:file``, a JSON list), run the evaluation command (``-p``), read
+    its output (``-o``) into ``job.result``, stage the metrics file out (``--outMetricsFile=
+    ${OUTPUT0}^file``) into the task's first output dataset whatever the exit code, and the log."""
+    job.workdir.mkdir(parents=True, exist_ok=True)
+    job.status = "running"
+    opts = parse_rungen(command_line(params, job))
+    try:
+        stage_in(data, job)
+        fetch_sandbox(opts, job)
+        if opts.get("-a"):
+            with tarfile.open(job.workdir / os.path.basename(opts["-a"])) as tar:
+                tar.extractall(job.workdir, filter="data")
+        (job.workdir / opts.get("--inSampleFile", "input.json")).write_text(json.dumps(point))
+        for spec in filter(None, opts.get("--writeInputToTxt", "").split(",")):
+            stream, name = spec.split(":", 1)
+            names = [did.split(":", 1)[-1] for did in job.streams.get(stream, [])]
+            (job.workdir / name).write_text(json.dumps(names))
+    except Exception as exc:
+        return _end(params, job, data, 1, f"stage-in failed: {exc}")
+    rc = _execute(exec_command(opts, job), job, env, timeout_s)
+    try:
+        job.result = json.loads((job.workdir / opts.get("-o", "output.json")).read_text())
+    except (OSError, ValueError):
+        job.result = None
+    metrics = next((k.split("=", 1)[1] for k in opts if k.startswith("--outMetricsFile=")), "")
+    outputs = [p for p in params["jobParameters"] if p.get("param_type") == "output"]
+    local = metrics.split("^", 1)[-1] if metrics else ""
+    if local and outputs and (job.workdir / local).is_file() and job.status != "cancelled":
+        lfn = expand(outputs[0]["value"], job, params)
+        _upload(data, job.workdir / local, lfn, outputs[0]["dataset"], job)
+        job.outputs.append(lfn)
+    ok = rc == 0 and (job.result or {}).get("status") == 0
+    _end(params, job, data, 0 if ok else (rc or 1),
+         "" if ok else f"evaluation failed (exit {rc}): {(job.result or {}).get('message')}")
 
 
 def _execute(command: str, job: Job, env: dict[str, str], timeout_s: float) -> int:

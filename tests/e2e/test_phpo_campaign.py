@@ -1,0 +1,95 @@
+"""A phpo campaign through the PanDA double: iDDS steers with the real `gridml steer`, each
+evaluation job runs the real `gridml evaluate` (Keras payload, 1 rank, 1 epoch on tiny data).
+
+``gridml submit spec.yaml`` (``backend.executor: phpo``) submits ONE task built by panda-client's
+phpo through the real panda-client and follows it: the double's JEDI plays iDDS (steering in a
+fresh process per step, 2 evaluation jobs at a time, 4 points in all) and runHPO (point in
+input.json, staged files in input_ds.json, output.json read back, metrics tarball staged out);
+gridml records every evaluation as a trial (point, epochs, loss) and ends when the task ends, so
+``gridml status``/``best``/``fetch`` show the study like any other; ``gridml resume`` afterwards
+follows the same task and submits nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers import gridml, gridml_json
+from tests.panda_double import PandaDouble
+from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.service]
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("phpo-campaign")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GRIDML_HOME", str(tmp / "home"))
+    train, val = register_sample_data(tmp, n_train=400, n_val=200, files=1)
+    spec = panda_spec(tmp, "hpo", train, val,
+                      backend="backend: {executor: phpo, data: local, server: embedded}\n",
+                      training="training: {epochs: 1, batch_size: 128, metrics: [accuracy], "
+                               "workers: 1}\n",
+                      resources="resources: {cores: 1, gpus: 0, memory_gb: 2, walltime: 20m}\n")
+    with PandaDouble(tmp / "panda") as panda:
+        for key, value in panda.client_env().items():
+            mp.setenv(key, value)
+        proc = gridml("submit", str(spec), "--quiet", timeout=900)
+        c = make_campaign(spec)  # the same study, read back from the store
+        yield {"tmp": tmp, "campaign": c, "panda": panda, "submit": proc, "spec": spec}
+    mp.undo()
+
+
+def test_one_phpo_task_ran_every_point_as_an_evaluation_job(campaign: dict[str, Any]) -> None:
+    panda = campaign["panda"]
+    assert panda.jedi.inserts == 1 and len(panda.jedi.tasks) == 1
+    task = next(iter(panda.jedi.tasks.values()))
+    assert task.params["hpoWorkflow"] is True and task.params["taskName"] == "user.jtester.hpo.phpo/"
+    assert task.status == "done", (task.error, [j.diag for j in task.jobs])
+    assert len(task.jobs) == 4 and all(j.status == "finished" for j in task.jobs)
+    steps = sorted((panda.jedi.workroot / str(task.task_id) / "idds").glob("step-*/out.json"))
+    assert len(steps) >= 2  # a fresh `gridml steer` per step, results fed back
+    assert all(loss is not None for _, loss in task.idds_points)
+
+
+def test_every_evaluation_is_a_trial_of_the_study(campaign: dict[str, Any]) -> None:
+    c, panda = campaign["campaign"], campaign["panda"]
+    task = next(iter(panda.jedi.tasks.values()))
+    trials = c.store.list_trials(c.study.id)
+    assert [t.state for t in trials] == ["completed"] * 4, [t.error for t in trials]
+    assert c.store.get_study(c.study.id).state == "finished"
+    by_point = {json.dumps(p, sort_keys=True): loss for p, loss in task.idds_points}
+    for t in trials:
+        assert t.source == "phpo" and t.external_id.startswith(f"phpo:{task.task_id}:")
+        assert t.objective == pytest.approx(by_point[json.dumps(t.hparams, sort_keys=True)])
+        assert [e.epoch for e in c.store.list_epochs(t.id)] == [1]
+        assert t.outputs and t.outputs[0]["name"].endswith(".tgz")
+
+
+def test_best_status_and_fetch_show_the_phpo_study(campaign: dict[str, Any]) -> None:
+    c, tmp = campaign["campaign"], campaign["tmp"]
+    trials = c.store.list_trials(c.study.id)
+    best = gridml_json("best", "hpo")
+    winner = min(trials, key=lambda t: t.objective)
+    assert best["number"] == winner.number and best["hparams"] == winner.hparams
+    assert best["objective"] == pytest.approx(winner.objective)
+    status = gridml_json("status", "hpo")
+    assert status["study"]["n_trials"] == 4 and status["study"]["best"]["number"] == winner.number
+    assert "best trial" in campaign["submit"].stdout
+    gridml("fetch", "hpo", "--best", "-o", str(tmp / "best"))
+    tarball = next((tmp / "best").glob("*.tgz"))
+    with tarfile.open(tarball) as tar:
+        assert {"evaluation.json", "metrics.jsonl", "result.json"} <= set(tar.getnames())
+
+
+def test_resume_follows_the_same_task_and_submits_nothing(campaign: dict[str, Any]) -> None:
+    c, panda = campaign["campaign"], campaign["panda"]
+    gridml("resume", "hpo", "--quiet")
+    assert panda.jedi.inserts == 1
+    assert len(c.store.list_trials(c.study.id)) == 4
