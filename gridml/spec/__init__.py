@@ -17,6 +17,14 @@ from gridml.spec.model import Spec, parse_walltime
 __all__ = ["LoadedSpec", "Spec", "load_spec", "json_schema", "parse_walltime"]
 
 
+# Spec fields added after the first release, with their defaults: the campaign hash leaves them
+# out while they hold the default (see LoadedSpec.hash). Add every new field here.
+ADDED_SINCE_0_1: dict[tuple[str, str], Any] = {
+    ("payload", "framework"): "keras", ("payload", "files"): None,
+    ("search", "warm_start"): [], ("search", "initial_points"): [], ("resources", "nodes"): 1,
+}
+
+
 @dataclass
 class LoadedSpec:
     spec: Spec
@@ -39,13 +47,20 @@ class LoadedSpec:
 
     @property
     def hash(self) -> str:
-        """Identity of the campaign: what changes results (not backend choices or parallelism)."""
+        """Identity of the campaign: what changes results (not backend choices or parallelism).
+
+        Stable across gridml versions: a field added since (at its default) is left out, so a
+        study submitted before an upgrade is still recognised by `gridml resume` and a rerun."""
         data = self.resolved()
         data["payload"].pop("model")  # its content counts (below), not where it lies
-        for volatile in ("backend", "panda"):
+        for volatile in ("backend", "panda", "slurm"):
             data.pop(volatile, None)
         data["search"].pop("parallel", None)
         data["search"].pop("max_trials", None)
+        for (section, key), default in ADDED_SINCE_0_1.items():
+            if data.get(section, {}).get(key, default) == default:
+                data.get(section, {}).pop(key, None)
+        data["training"]["options"] = self.spec.training.options_given()
         data["model_source"] = hashlib.sha256(self.model_path.read_bytes()).hexdigest()
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

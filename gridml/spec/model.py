@@ -5,6 +5,7 @@ This is a public interface: document changes in the README and keep `gridml sche
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Literal
 
@@ -84,6 +85,12 @@ class Training(_Strict):
             return v.strip().lower()
         raise ValueError(f"{v!r} is not a precision; write false, true, bf16 or fp16 (or Keras' "
                          "mixed_float16 or mixed_bfloat16)")
+
+    def options_given(self) -> dict[str, Any]:
+        """The options that differ from their defaults (what the user changed)."""
+        default = TrainingOptions()
+        return {f.name: getattr(self.options, f.name) for f in dataclasses.fields(TrainingOptions)
+                if getattr(self.options, f.name) != getattr(default, f.name)}
 
 
 class Dimension(_Strict):
