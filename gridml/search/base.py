@@ -38,11 +38,6 @@ class Searcher(Protocol):
     def tell(self, points: Sequence[Point], values: Sequence[float | None]) -> None: ...
     def ask(self, n: int, pending: Sequence[Point] = ()) -> list[Point]: ...
     # may return fewer than n (grid exhausted: then exhausted is True)
-    @classmethod
-    def accepted(cls, options: Mapping[str, Any]) -> set[str]:
-        """The option names this algorithm takes (given the options, e.g. a chosen sampler)."""
-        return set(cls.defaults)
-
     @property
     def exhausted(self) -> bool: ...
 
