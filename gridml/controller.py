@@ -32,8 +32,8 @@ from gridml.store import (
     MetricsStore,
     Study,
     Trial,
-    objective_of,
 )
+from gridml.store.best import scores_of
 
 log = logging.getLogger("gridml.controller")
 # search.algorithm external: how long a campaign whose trials are all done waits for its
@@ -261,14 +261,15 @@ class Campaign:
         outputs = self._workdir(trial) / "outputs"
         self.ingest_spool(trial, outputs / "metrics.jsonl")
         epochs = self.store.list_epochs(trial.id)
-        objective = objective_of(epochs, self.spec.search.objective)  # (gridml.store.best)
+        scores = scores_of(epochs, self.spec.search.model_dump(mode="json"))  # gridml.store.best
+        objective = scores.pop("objective")  # the first objective; scores: objectives, violations
         result = _read_json(outputs / "result.json")
         if status.state == "completed" and objective is not None:
             state = "pruned" if result.get("state") == "pruned" else "completed"
             files = status.stored_outputs if status.stored_outputs is not None \
                 else self.store_outputs(trial, outputs, objective)
             self.store.update_trial(trial.id, state=state, objective=objective, finished=now(),
-                                    outputs=files)
+                                    outputs=files, **scores)
             return
         if status.infrastructure:  # a lost node, not the payload's fault: no retry used up
             self._add_free_attempt(trial)

@@ -38,7 +38,9 @@ __all__ = ["ALGORITHMS", "BaseSearcher", "Point", "Searcher", "create", "point_p
 
 def create(algorithm: str, space: Mapping[str, Any], *, seed: int = 0,
            direction: str = "minimize", **options: Any) -> BaseSearcher:
-    """A searcher for ``space`` (the spec's ``search.space``); options as in docs/search.md."""
+    """A searcher for ``space`` (the spec's ``search.space``); options as in docs/search.md.
+    ``directions=[...]`` (several objectives) and ``constraints=k`` are refused by the
+    algorithms that cannot take them (``SearchError`` naming search.objectives/constraints)."""
     target = ALGORITHMS.get(algorithm)
     if target is None:
         raise SearchError(f"search.algorithm: {algorithm!r} is not known",

@@ -16,6 +16,13 @@ pending points (seed its randomness from (seed, number of observations + pending
 Values are the raw objective; searchers flip the sign themselves for ``direction="maximize"`` and
 skip NaN/None (failed trials must not poison the model).
 
+Several objectives (``search.objectives``): ``create(..., directions=["maximize", "minimize"])``;
+``tell`` then takes one vector per point (None when failed). Constraints (``search.constraints``):
+``create(..., constraints=k)`` and ``tell(points, values, violations)`` with per point a list of
+``k`` violations (0 met, > 0 missed, None not reported). Only the algorithms whose
+:meth:`BaseSearcher.supports` says so take them; the others refuse at construction (so at
+``gridml validate``).
+
 :class:`BaseSearcher` does that bookkeeping once; a backend implements ``_propose``.
 """
 
@@ -48,11 +55,32 @@ class BaseSearcher(ABC):
     name: ClassVar[str] = "base"
     defaults: ClassVar[Mapping[str, Any]] = {}  # the options this algorithm takes
 
+    @classmethod
+    def supports(cls, options: Mapping[str, Any]) -> tuple[bool, bool]:
+        """(several objectives, constraints) this algorithm takes, given the options."""
+        return False, False
+
     def __init__(self, space: Any, *, seed: int = 0, direction: str = "minimize",
+                 directions: Sequence[str] | None = None, constraints: int = 0,
                  **options: Any) -> None:
-        if direction not in ("minimize", "maximize"):
-            raise SearchError(f"direction {direction!r} is not known",
-                              hint="use minimize or maximize")
+        directions = list(directions or [direction])
+        for d in directions:
+            if d not in ("minimize", "maximize"):
+                raise SearchError(f"direction {d!r} is not known", hint="use minimize or maximize")
+        multi, constrained = self.supports({**self.defaults, **options})
+        if len(directions) > 1 and not multi:
+            raise SearchError(f"search.objectives: algorithm {self.name!r}"
+                              f"{self._sampler(options)} optimises a single objective",
+                              hint="use algorithm optuna (sampler tpe or nsgaii) or random, or "
+                              "one objective/direction")
+        if constraints and not constrained:
+            raise SearchError(f"search.constraints: algorithm {self.name!r}"
+                              f"{self._sampler(options)} cannot take constraints",
+                              hint="use algorithm optuna (sampler tpe or nsgaii) or random, or "
+                              "remove search.constraints")
+        self.directions = directions
+        self.n_constraints = int(constraints)
+        direction = directions[0]
         unknown = sorted(set(options) - self.accepted(options))
         if unknown:
             raise SearchError(f"search.options: {unknown} not understood by {self.name!r}",
@@ -62,7 +90,9 @@ class BaseSearcher(ABC):
         self.direction = direction
         self.options = {**self.defaults, **options}
         self.told: list[Point] = []
-        self.values: list[float | None] = []
+        self.values: list[float | None] = []  # the first objective
+        self.vectors: list[list[float] | None] = []  # all objectives (None: failed)
+        self.violations: list[list[float] | None] = []  # per point (None: no constraints)
         self._exhausted = False
         self.exhausted_reason = ""  # says why, once exhausted
 
@@ -81,14 +111,28 @@ class BaseSearcher(ABC):
         self.exhausted_reason = (f"{self.name}: all {total} points of the space are told or "
                                  "pending" if done else "")
 
-    def tell(self, points: Sequence[Point], values: Sequence[float | None]) -> None:
-        """Add finished observations (raw objective; None or NaN for failed trials)."""
+    @staticmethod
+    def _sampler(options: Mapping[str, Any]) -> str:
+        return f" (sampler {options['sampler']})" if "sampler" in options else ""
+
+    def tell(self, points: Sequence[Point], values: Sequence[Any],
+             violations: Sequence[Sequence[float | None] | None] | None = None) -> None:
+        """Add finished observations (raw objective, or a vector of them with several
+        objectives; None or NaN for failed trials) and, with constraints, their violations."""
         if len(points) != len(values):
             raise SearchError(f"tell: {len(points)} points but {len(values)} values",
                               hint="give one value (None for a failed trial) per point")
         self.space.check(points, "tell: point")  # names, types, ranges, choices, conditions
+        k = len(self.directions)
+        vectors = [_as_vector(v, k) for v in values]
         self.told += [dict(p) for p in points]
-        self.values += [_as_value(v) for v in values]
+        self.vectors += vectors
+        self.values += [None if v is None else v[0] for v in vectors]
+        given = list(violations) if violations is not None else [None] * len(points)
+        if len(given) != len(points):
+            raise SearchError(f"tell: {len(points)} points but {len(given)} violations",
+                              hint="give one list of violations (or None) per point")
+        self.violations += [None if v is None else [_violation(x) for x in v] for v in given]
 
     def ask(self, n: int, pending: Sequence[Point] = ()) -> list[Point]:
         """Up to ``n`` new points, none equal to a told or pending one."""
@@ -125,6 +169,26 @@ class BaseSearcher(ABC):
                 if len(out) == n:
                     break
         return out
+
+
+def _as_vector(v: Any, k: int) -> list[float] | None:
+    """A told value as a vector of ``k`` finite objectives, or None (failed / not usable)."""
+    if k == 1 and not isinstance(v, (list, tuple)):
+        one = _as_value(v)
+        return None if one is None else [one]
+    if v is None:
+        return None
+    if not isinstance(v, (list, tuple)) or len(v) != k:
+        raise SearchError(f"tell: objective value {v!r} is not a list of {k} numbers",
+                          hint=f"give {k} values (one per objective), or None for a failed trial")
+    out = [_as_value(x) for x in v]
+    return None if any(x is None for x in out) else [float(x) for x in out if x is not None]
+
+
+def _violation(x: Any) -> float:
+    """A constraint's violation; not reported (None, NaN) counts as violated."""
+    f = _as_value(x)
+    return 1e12 if f is None else f
 
 
 def _as_value(v: Any) -> float | None:

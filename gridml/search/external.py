@@ -32,7 +32,8 @@ class ExternalSearcher(BaseSearcher):
     def accepted(cls, options: Mapping[str, Any]) -> set[str]:
         return set()
 
-    def tell(self, points: Sequence[Point], values: Sequence[float | None]) -> None:
+    def tell(self, points: Sequence[Point], values: Sequence[Any],
+             violations: Sequence[Sequence[float | None] | None] | None = None) -> None:
         """Nothing to learn: the external optimizer keeps its own model."""
 
     def ask(self, n: int, pending: Sequence[Point] = ()) -> list[Point]:

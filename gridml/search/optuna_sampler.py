@@ -15,6 +15,11 @@ Options (``search.options``): ``sampler``: ``tpe`` (default), ``nsgaii``, ``gp``
 refused naming the ones it takes. ``tpe`` defaults to ``constant_liar: true`` (pending and
 in-batch trials are treated as bad results instead of ignored) unless given. ``gp`` needs PyTorch
 and ``cmaes`` the ``cmaes`` package: without them the searcher says so.
+
+Several objectives (``search.objectives``): samplers ``tpe`` and ``nsgaii`` on a study built with
+``directions=``, each told trial carrying its vector. Constraints (``search.constraints``): the
+same two samplers get a ``constraints_func`` and each told trial its violations (Optuna's
+``constraints`` system attribute: <= 0 feasible).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ SAMPLERS: dict[str, str] = {"tpe": "TPESampler", "nsgaii": "NSGAIISampler", "gp"
                             "random": "RandomSampler"}
 NEEDS = {"gp": "torch", "cmaes": "cmaes"}  # optional packages some samplers import when used
 RETRIES = 4  # extra asks per wanted point when the sampler repeats a told or pending point
+MULTI = ("tpe", "nsgaii")  # the samplers taking several objectives and constraints here
+CONSTRAINTS_KEY = "constraints"  # the system attribute Optuna's samplers read violations from
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # no per-trial chatter in gridml's output
 
@@ -52,7 +59,12 @@ class OptunaSearcher(BaseSearcher):
         if kind not in SAMPLERS:
             return {"sampler"}
         params = inspect.signature(getattr(optuna.samplers, SAMPLERS[kind])).parameters
-        return {"sampler"} | {k for k in params if k != "seed"}
+        return {"sampler"} | {k for k in params if k not in ("seed", "constraints_func")}
+
+    @classmethod
+    def supports(cls, options: Mapping[str, Any]) -> tuple[bool, bool]:
+        ok = options.get("sampler", "tpe") in MULTI
+        return ok, ok
 
     def __init__(self, space: Any, **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
@@ -70,6 +82,8 @@ class OptunaSearcher(BaseSearcher):
         self.kwargs = {k: v for k, v in self.options.items() if k != "sampler"}
         if kind == "tpe":
             self.kwargs.setdefault("constant_liar", True)
+        if self.n_constraints:
+            self.kwargs["constraints_func"] = _constraints
         self.distributions = distributions(self.space)
 
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
@@ -97,17 +111,21 @@ class OptunaSearcher(BaseSearcher):
 
     def study(self, sampler: Any, pending: list[Point]) -> Any:
         """An in-memory study holding the told points (finished or failed) and the pending ones."""
-        study = optuna.create_study(direction="minimize", sampler=sampler)
-        flip = -1.0 if self.direction == "maximize" else 1.0
+        study = optuna.create_study(directions=["minimize"] * len(self.directions),
+                                    sampler=sampler)
+        flips = [-1.0 if d == "maximize" else 1.0 for d in self.directions]
         state = optuna.trial.TrialState
-        for point, value in zip(self.told, self.values):
+        for point, vector, violations in zip(self.told, self.vectors, self.violations):
             params, dists = self.active(point)
-            if value is None:
+            attrs = ({CONSTRAINTS_KEY: list(violations or [1e12] * self.n_constraints)}
+                     if self.n_constraints else {})
+            if vector is None:
                 trial = optuna.trial.create_trial(params=params, distributions=dists,
-                                                  state=state.FAIL)
+                                                  state=state.FAIL, system_attrs=attrs)
             else:
                 trial = optuna.trial.create_trial(params=params, distributions=dists,
-                                                  value=flip * value)
+                                                  values=[f * v for f, v in zip(flips, vector)],
+                                                  system_attrs=attrs)
             study.add_trial(trial)
         for point in pending:
             params, dists = self.active(point)
@@ -121,6 +139,11 @@ class OptunaSearcher(BaseSearcher):
         names = [p.name for p in self.space.params if cols.active[p.name][0]]
         params = {k: self.space.by_name(k).plain(cols.values[k][0]) for k in names}
         return params, {k: self.distributions[k] for k in names}
+
+
+def _constraints(trial: Any) -> list[float]:
+    """The violations a told trial carries (asked trials are never finished here)."""
+    return list(trial.system_attrs.get(CONSTRAINTS_KEY) or [])
 
 
 def distributions(space: Space) -> dict[str, Any]:

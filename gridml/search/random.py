@@ -8,6 +8,7 @@ searcher reports ``exhausted`` when none is left.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -19,6 +20,10 @@ from gridml.search.discrete import enumerate_points
 class RandomSearcher(BaseSearcher):
     name = "random"
     defaults: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def supports(cls, options: Mapping[str, Any]) -> tuple[bool, bool]:
+        return True, True  # draws ignore the values: infeasible trials are just never best
 
     def _propose(self, n: int, pending: list[Point], seen: set[tuple]) -> list[Point]:
         rng = self.rng(pending)

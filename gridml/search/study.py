@@ -15,6 +15,7 @@ from gridml.search.base import Point
 from gridml.search.validate import clean, point_problems
 from gridml.store import ACTIVE_STATES, StoreReader, Trial
 from gridml.store import objective_of as objective_of  # re-export: the one rule is the store's
+from gridml.store.best import constraints_of, objectives_spec, values_of
 
 
 log = logging.getLogger(__name__)
@@ -36,11 +37,31 @@ def observations(trials: Iterable[Trial]) -> tuple[list[Point], list[float | Non
     return points, values, pending
 
 
+def vectors(trials: Iterable[Trial], k: int) -> tuple[list[Any], list[Any]]:
+    """Of the finished trials (as :func:`observations` orders them): the objective vectors
+    (None when failed or not all usable) and the constraint violations (None: none stored)."""
+    values: list[Any] = []
+    violations: list[Any] = []
+    for trial in trials:
+        if trial.state in ("completed", "pruned", "failed"):
+            vals = values_of(trial)[:k]
+            ok = trial.state != "failed" and len(vals) == k and all(
+                v is not None and math.isfinite(v) for v in vals)
+            values.append([float(v) for v in vals] if ok else None)  # type: ignore[arg-type]
+            violations.append(trial.violations)
+    return values, violations
+
+
 def searcher_for(search: dict[str, Any]) -> Any:
     """The searcher a spec's ``search`` section (JSON form) describes."""
     space = {name: {k: v for k, v in dim.items() if v is not None} for name, dim in search["space"].items()}
+    directions = [d for _, d in objectives_spec(search)]
     return create(search.get("algorithm", "bayes"), space, seed=int(search.get("seed") or 0),
-                  direction=search.get("direction", "minimize"), **(search.get("options") or {}))
+                  direction=directions[0], **({"directions": directions} if len(directions) > 1
+                                              else {}),
+                  **({"constraints": len(search["constraints"])} if search.get("constraints")
+                     else {}),
+                  **(search.get("options") or {}))
 
 
 @dataclass
@@ -48,7 +69,8 @@ class WarmStart:
     """Finished trials of earlier studies told to a new study's searcher."""
 
     points: list[Point] = field(default_factory=list)
-    values: list[float | None] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)  # floats, or vectors (several objectives)
+    violations: list[Any] = field(default_factory=list)
     used: dict[str, int] = field(default_factory=dict)  # study -> trials told
     skipped: dict[str, int] = field(default_factory=dict)  # study -> points outside the space
 
@@ -72,16 +94,20 @@ def warm_start(search: dict[str, Any], store: StoreReader | None) -> WarmStart:
             raise SearchError(f"search.warm_start: study {name!r} not found",
                               hint="name a study that `gridml status` lists") from None
         theirs = other.spec.get("search") or {}
-        mine = (search.get("objective"), search.get("direction", "minimize"))
-        if (theirs.get("objective"), theirs.get("direction", "minimize")) != mine:
-            raise SearchError(f"search.warm_start: study {name!r} optimises "
-                              f"{theirs.get('objective')} ({theirs.get('direction', 'minimize')}), "
-                              f"this one {mine[0]} ({mine[1]})",
+        mine, yours = objectives_spec(search), objectives_spec(theirs)
+        if yours != mine:
+            raise SearchError(f"search.warm_start: study {name!r} optimises {_said(yours)}, "
+                              f"this one {_said(mine)}",
                               hint="warm-start only from studies with the same objective")
-        points, values, _ = observations(store.list_trials(other.id))
+        trials = store.list_trials(other.id)
+        points, values, _ = observations(trials)
+        if len(mine) > 1:
+            values = vectors(trials, len(mine))[0]
+        violations = _violations(trials, search)
         keep = [i for i, p in enumerate(points) if not point_problems(space, p)]
         out.points += [points[i] for i in keep]
         out.values += [values[i] for i in keep]
+        out.violations += [violations[i] for i in keep]
         out.used[name], out.skipped[name] = len(keep), len(points) - len(keep)
     return out
 
@@ -105,6 +131,9 @@ def propose(search: dict[str, Any], trials: list[Trial], n: int,
     (read from ``store``) are told to the searcher along with the study's own."""
     searcher = searcher_for(search)
     points, values, pending = observations(trials)
+    k = len(objectives_spec(search))
+    if k > 1:
+        values = vectors(trials, k)[0]
     warm = warm_start(search, store)
     if warm.skipped and any(warm.skipped.values()):
         log.info("search.warm_start: %s", ", ".join(
@@ -112,7 +141,20 @@ def propose(search: dict[str, Any], trials: list[Trial], n: int,
             for k, v in warm.skipped.items()))
     told, told_values = warm.points + points, warm.values + values
     if told:
-        searcher.tell(told, told_values)
+        searcher.tell(told, told_values, warm.violations + _violations(trials, search)
+                      if search.get("constraints") else None)
     first = initial_points(search, searcher, told + pending, n)
     proposed = first + searcher.ask(n - len(first), pending=pending + first)
     return proposed, bool(getattr(searcher, "exhausted", False))
+
+
+def _violations(trials: list[Trial], search: dict[str, Any]) -> list[Any]:
+    """Per finished trial its violations of this study's constraints (None without them; a
+    trial stored without violations, e.g. of an earlier study, counts as meeting them)."""
+    n = len(constraints_of(search))
+    raw = vectors(trials, 1)[1]
+    return [None if not n else (list(v)[:n] if v else [0.0] * n) for v in raw]
+
+
+def _said(objectives: list[tuple[str, str]]) -> str:
+    return ", ".join(f"{m} ({d})" for m, d in objectives)

@@ -98,6 +98,8 @@ class TrialOut(BaseModel):
     hparams: dict[str, Any]
     state: str
     objective: float | None
+    objectives: list[float | None] | None = None
+    violations: list[float | None] | None = None
     epochs_done: int
     error: str | None
     source: str

@@ -22,6 +22,7 @@ __all__ = ["LoadedSpec", "Spec", "load_spec", "json_schema", "parse_walltime"]
 ADDED_SINCE_0_1: dict[tuple[str, str], Any] = {
     ("payload", "framework"): "keras", ("payload", "files"): None,
     ("search", "warm_start"): [], ("search", "initial_points"): [], ("resources", "nodes"): 1,
+    ("search", "objectives"): [], ("search", "constraints"): [],
 }
 
 

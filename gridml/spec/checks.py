@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gridml import search
 from gridml.data.base import parse_did
@@ -15,6 +16,7 @@ from gridml.errors import GridmlError, SearchError, SpecError
 from gridml.search.stopping import validate_early_stopping
 from gridml.spec.loader import Loc, located
 from gridml.spec.model import Spec
+from gridml.store.best import parse_constraint
 
 Problem = tuple[Loc, str]
 
@@ -73,14 +75,28 @@ def check_model_file(path: Path, framework: str = "keras") -> list[Problem]:
     return problems
 
 
-def check_objective(spec: Spec) -> list[Problem]:
+# what every payload reports in each epoch besides the training metrics (payloads/runtime/costs.py)
+COST_METRICS = ("n_params", "model_mb", "inference_ms")
+
+
+def _metric_problem(name: str, spec: Spec) -> str | None:
     known = {"loss"} | {m.lower() for m in spec.training.metrics}
-    name = spec.search.objective
     base = name[4:] if name.startswith("val_") else name
-    if base.lower() not in known:
-        return [(("search", "objective"), f"{name!r} is not reported: use loss/val_loss or one of "
-                 f"training.metrics with an optional val_ prefix ({sorted(known)})")]
-    return []
+    if base.lower() in known or name in COST_METRICS:
+        return None
+    return (f"{name!r} is not reported: use loss/val_loss or one of training.metrics with an "
+            f"optional val_ prefix ({sorted(known)}), or a cost metric ({', '.join(COST_METRICS)})")
+
+
+def check_objective(spec: Spec) -> list[Problem]:
+    """Every objective and constraint names a metric the payload reports."""
+    s = spec.search
+    named: list[tuple[Loc, str]] = (
+        [(("search", "objectives", i, "metric"), o.metric) for i, o in enumerate(s.objectives)]
+        if s.objectives else [(("search", "objective"), s.objective)])
+    named += [(("search", "constraints", i), parse_constraint(c).metric)
+              for i, c in enumerate(s.constraints)]
+    return [(loc, p) for loc, name in named if (p := _metric_problem(name, spec))]
 
 
 def check_early_stopping(spec: Spec) -> list[Problem]:
@@ -94,11 +110,19 @@ def check_search(spec: Spec) -> list[Problem]:
     """Build the searcher once: unknown search.options (or a space it cannot use) fail here."""
     s = spec.search
     space = {k: v.model_dump(exclude_none=True) for k, v in s.space.items()}
+    extra: dict[str, Any] = {}
+    if len(s.objectives) > 1:
+        extra["directions"] = [o.direction for o in s.objectives]
+    if s.constraints:
+        extra["constraints"] = len(s.constraints)
     try:
-        search.create(s.algorithm, space, seed=s.seed, direction=s.direction, **s.options)
+        search.create(s.algorithm, space, seed=s.seed, direction=s.direction, **extra, **s.options)
     except SpecError as exc:
         return [(("search", "space"), p) for p in exc.problems]
     except (SearchError, TypeError) as exc:
+        for key in ("objectives", "constraints"):
+            if str(exc).startswith(f"search.{key}: "):
+                return [(("search", key), str(exc).removeprefix(f"search.{key}: "))]
         return [(("search", "options"), str(exc).removeprefix("search.options: "))]
     return []
 

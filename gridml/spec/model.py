@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gridml.search.validate import condition_problems, dimension_problems, point_problems
+from gridml.store.best import parse_constraint
 
 from payloads.runtime.trial import (  # the trial contract's definitions
     PRECISIONS,
@@ -109,6 +110,12 @@ class Dimension(_Strict):
         return self
 
 
+class Objective(_Strict):
+    metric: str = Field(description="a reported metric: loss/val_loss, training.metrics (val_ "
+                        "prefix optional) or a cost metric (n_params, model_mb, inference_ms)")
+    direction: Literal["minimize", "maximize"] = "minimize"
+
+
 class Search(_Strict):
     algorithm: Literal["bayes", "skopt", "optuna", "random", "grid", "evolution",
                        "external"] = "bayes"  # external: the points come over the API
@@ -125,6 +132,13 @@ class Search(_Strict):
                                   "objective) whose finished trials the searcher is told")
     initial_points: list[dict[str, Any]] = Field(default_factory=list,
                                                  description="points to run first")
+    objectives: list[Objective] = Field(
+        default_factory=list, description="several objectives (instead of objective/direction): "
+        "the study's result is the Pareto front; algorithms optuna (sampler tpe or nsgaii) and "
+        "random")
+    constraints: list[str] = Field(default_factory=list, description="'<metric> <op> <number>' "
+                                   "(op <=, <, >=, >), e.g. 'inference_ms <= 2': a trial missing "
+                                   "one is infeasible, never best nor on the Pareto front")
 
     @model_validator(mode="after")
     def _check(self) -> Search:
@@ -142,6 +156,21 @@ class Search(_Strict):
             bad = point_problems(space, point, f"initial_points.{i}")
             if bad:
                 raise ValueError(bad[0])
+        for i, text in enumerate(self.constraints):
+            try:
+                parse_constraint(text)
+            except ValueError as exc:
+                raise ValueError(f"constraints.{i}: {exc}") from None
+        if self.objectives:
+            first = self.objectives[0]
+            given = {"objective", "direction"} & self.model_fields_set
+            if given and (self.objective, self.direction) != (first.metric, first.direction):
+                raise ValueError(f"objectives: give either objective/direction or objectives, "
+                                 f"not both; remove {' and '.join(sorted(given))}")
+            metrics = [o.metric for o in self.objectives]
+            if len(set(metrics)) != len(metrics):
+                raise ValueError(f"objectives: {metrics} names a metric twice; list each once")
+            self.objective, self.direction = first.metric, first.direction  # the first is primary
         return self
 
 

@@ -37,7 +37,7 @@ class Trial:
     number: int  # 0, 1, 2 ... within the study
     hparams: dict[str, Any]
     state: str = "queued"
-    objective: float | None = None
+    objective: float | None = None  # the first objective (search.objectives) or the only one
     epochs_done: int = 0
     error: str | None = None
     source: str = "searcher"  # searcher | external | scale
@@ -49,6 +49,9 @@ class Trial:
     finished: datetime | None = None
     outputs: list[dict[str, Any]] = field(default_factory=list)  # [{did, name, bytes, adler32}]
     token: str | None = None  # plain trial token: only returned when issued
+    objectives: list[float | None] | None = None  # all objective values (search.objectives)
+    violations: list[float | None] | None = None  # per search.constraints: 0 met, > 0 missed by,
+    # None not reported (gridml.store.best.feasible)
 
 
 @dataclass

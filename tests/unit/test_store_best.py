@@ -55,4 +55,6 @@ def test_search_and_controller_share_the_rule() -> None:
     import gridml.search.study
 
     assert gridml.search.study.objective_of is objective_of
-    assert gridml.controller.objective_of is objective_of
+    import gridml.store.best
+
+    assert gridml.controller.scores_of is gridml.store.best.scores_of  # built on objective_of

@@ -194,7 +194,7 @@ def test_migrations_are_applied_once(store_url):
 
     first, second = open_store(store_url), open_store(store_url)
     with second.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
     first.close()
     second.close()
 

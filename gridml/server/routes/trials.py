@@ -21,7 +21,8 @@ from gridml.server.schemas import (
     ShouldStop,
     TrialOut,
 )
-from gridml.store import FINISHED_STATES, Trial, objective_of
+from gridml.store import FINISHED_STATES, Trial
+from gridml.store.best import scores_of
 
 router = APIRouter(prefix="/api/v1/trials", tags=["trials"])
 TrialId = Annotated[int, Path(ge=1, le=2**31 - 1,
@@ -87,13 +88,12 @@ def finish(trial: TrialId, body: FinishIn, store: Store, who: Who) -> TrialOut:
     found = store.get_trial(trial)
     if found.state in FINISHED_STATES:
         return TrialOut.of(_repeat_finish(found, body))
-    objective = body.objective
-    if objective is None:
-        study = store.get_study(found.study_id)
-        metric = (study.spec.get("search") or {}).get("objective", "val_loss")
-        objective = objective_of(store.list_epochs(trial), metric)
+    study = store.get_study(found.study_id)
+    scores = scores_of(store.list_epochs(trial), study.spec.get("search") or {})
+    objective = scores.pop("objective") if body.objective is None else body.objective
+    scores.pop("objective", None)
     return TrialOut.of(store.update_trial(trial, state=body.state, objective=objective,
-                                          error=body.error, finished=utcnow()))
+                                          error=body.error, finished=utcnow(), **scores))
 
 
 def _repeat_finish(found: Trial, body: FinishIn) -> Trial:

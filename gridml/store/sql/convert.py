@@ -101,6 +101,8 @@ def to_trial(row: TrialRow, outputs: Sequence[OutputRow] = (), token: str | None
         last_heartbeat=aware(row.last_heartbeat), created=aware(row.created),
         started=aware(row.started), finished=aware(row.finished),
         outputs=[to_output(o) for o in outputs], token=token,
+        objectives=None if row.objectives is None else list(row.objectives),
+        violations=None if row.violations is None else list(row.violations),
     )
 
 

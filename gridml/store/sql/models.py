@@ -47,6 +47,8 @@ class TrialRow(Base):
     hparams: Mapped[dict[str, Any]] = mapped_column(JSON)
     state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
     objective: Mapped[float | None] = mapped_column(Float, nullable=True)
+    objectives: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # 0002
+    violations: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # 0002
     epochs_done: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     source: Mapped[str] = mapped_column(String(16), default="searcher")

@@ -28,7 +28,7 @@ from gridml.store.sql.tokens import TokensMixin, new_token
 # closed: its external optimizer is done, no more trials are enqueued (the campaign drains)
 STUDY_STATES = ("running", "finished", "stopped", "closed")
 UPDATABLE = {"state", "objective", "error", "external_id", "attempts", "started", "finished",
-             "outputs", "hparams", "epochs_done", "last_heartbeat"}
+             "outputs", "hparams", "epochs_done", "last_heartbeat", "objectives", "violations"}
 MAX_ID = 2**31 - 1  # ids are 32-bit INTEGER columns (PostgreSQL)
 _STUDIES_HINT = "run `gridml status` to list the studies this store knows"
 
@@ -171,10 +171,13 @@ class SqlStore(TokensMixin):
     def best_trial(self, study: Study) -> Trial | None:
         """The best completed trial (``gridml.store.best``), from a query of three columns."""
         with self._read() as s:
-            rows = s.execute(select(TrialRow.objective, TrialRow.number, TrialRow.id)
+            rows = s.execute(select(TrialRow.objective, TrialRow.number, TrialRow.id,
+                                    TrialRow.violations)
                              .where(TrialRow.study_id == study.id,
                                     TrialRow.state == "completed")).all()
-        best = pick_best(rows, direction_of(study))
+        best = pick_best(((o, n, i) for o, n, i, v in rows
+                          if all(x is not None and x <= 0 for x in v or [])),  # best.feasible
+                         direction_of(study))
         return None if best is None else self.get_trial(best)
 
     def count_trials(self, study_id: int | None = None) -> dict[str, int]:
