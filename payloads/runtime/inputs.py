@@ -4,12 +4,15 @@ Three stages, bounded queues between them:
 
 1. reader thread: walks the epochs in the order :mod:`payloads.runtime.plan` fixes, so it
    reads exactly the blocks training needs next (clairvoyant prefetch), and fills a window
-   buffer (reused, no page faults) with whole-chunk reads, or copies from the RAM cache;
-2. shuffle thread: permutes the window's rows (``np.take``, which releases the GIL) and cuts
-   the result into *slabs* of k batches (views: ``(k, batch, ...)``);
+   buffer (reused, no page faults) with whole-chunk reads, or copies from the RAM cache; then
+   draws the window's row permutation;
+2. shuffle thread: gathers the window's rows in that order (``np.take``, which releases the
+   GIL) into a new array, or with ``slabs(reuse=True)`` into a recycled buffer, and cuts the
+   result into *slabs* of k batches (views: ``(k, batch, ...)``);
 3. consumer (training): takes slabs; the time it is blocked there is the input wait.
 
-The reader holds h5py's lock (and the GIL) while it reads; the shuffle runs meanwhile.
+Unfiltered data is read with ``preadv`` (:mod:`payloads.runtime.chunkio`), which releases the
+GIL; other data through h5py, which holds its lock (and the GIL) while it reads and decodes.
 """
 
 from __future__ import annotations
