@@ -11,6 +11,18 @@ attempt in the job's comment (``gridml-attempt-N``). ``resources`` are per node;
   ``python -m payloads.train_keras``; Horovod's MPI controller; every rank prints its
   ``SLURMD_NODENAME`` into the trial's log first.
 
+``payload.framework: torch``: one node runs the torchrun line of the local executor; several
+nodes run one torchrun per node with ``srun --ntasks-per-node=1`` (``--nnodes=$SLURM_NNODES``,
+``--nproc-per-node`` ranks each, a c10d rendezvous on the allocation's first node, its address
+from ``scontrol show node``, a port from the job id), each rank wrapped to print its ``RANK``,
+``WORLD_SIZE`` and ``SLURMD_NODENAME`` first. On each node a small wrapper tells torchrun whether
+it hosts the rendezvous (``PET_RDZV_CONF=is_host=0|1``: the first node does, whatever its
+hostname resolves to), which address its ranks publish for the process group's store
+(``PET_LOCAL_ADDR``, its ``NodeAddr``; torchrun would publish ``getfqdn()``) and, when unset, points Gloo at the interface holding the node's
+``NodeAddr`` (``GLOO_SOCKET_IFNAME``; Gloo otherwise binds to what the hostname resolves to, which
+on nodes sharing one hostname, like the test cluster's namespaces, is loopback). A failing rank's
+own exit code (``$GRIDML_EXIT_FILE``) replaces torchrun's plain 1.
+
 ``resources.container`` wraps the payload in ``apptainer exec [--nv] IMAGE`` (on several nodes:
 each rank, the hybrid MPI model). ``slurm.setup`` lines run first on the batch node (``module
 load``, ``source env/bin/activate``); the controller's environment's ``bin`` folder is on
@@ -34,6 +46,25 @@ from gridml.planner import payload_command
 ATTEMPT_COMMENT = "gridml-attempt-{attempt}"
 RANK_BANNER = ('echo "[gridml] rank ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}} on node '
                '${SLURMD_NODENAME:-?} (host $(hostname))" >&2; exec "$@"')
+
+
+TORCH_RANK_BANNER = ('echo "[gridml] rank ${RANK:-?} on node ${SLURMD_NODENAME:-?} (host $(hostname), '
+                     'local rank ${LOCAL_RANK:-?}, world size ${WORLD_SIZE:-?})" >&2; exec "$@"')
+# where the rendezvous is: the allocation's first node (its NodeAddr), a port from the job id
+TORCH_HEAD = ['head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+              "head_addr=$(scontrol show node \"$head_node\" -o | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
+              'export GRIDML_RDZV_HEAD="$head_node" '
+              'GRIDML_RDZV_ENDPOINT="${head_addr:-$head_node}:$((20000 + SLURM_JOB_ID % 20000))"']
+# run on every node by srun, around torchrun (see the module docstring)
+TORCH_NODE = ("addr=$(scontrol show node \"$SLURMD_NODENAME\" -o | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p'); "
+              'if [ -z "${GLOO_SOCKET_IFNAME:-}" ] && [ -n "$addr" ]; then '
+              'dev=$(ip -o -4 addr show 2>/dev/null | awk -v a="$addr" \'{split($4, p, "/")} p[1] == a {print $2; exit}\'); '
+              'if [ -n "$dev" ]; then export GLOO_SOCKET_IFNAME="$dev"; fi; fi; '
+              'is_host=0; if [ "$SLURMD_NODENAME" = "$GRIDML_RDZV_HEAD" ]; then is_host=1; fi; '
+              'export PET_RDZV_CONF="is_host=$is_host"; '
+              'if [ -n "$addr" ] && [ -z "${PET_LOCAL_ADDR:-}" ]; then export PET_LOCAL_ADDR="$addr"; fi; '
+              'echo "[gridml] node $SLURMD_NODENAME: torchrun, rendezvous $GRIDML_RDZV_ENDPOINT '
+              '(host: $is_host, gloo interface ${GLOO_SOCKET_IFNAME:-default})" >&2; exec "$@"')
 
 
 def job_name(study: str, number: int) -> str:
@@ -106,10 +137,38 @@ def launch_command(req: TaskRequest, trial_file: Path) -> list[str]:
     if max(req.nodes, 1) == 1:
         argv = payload_command(req.workers, req.launcher, str(trial_file), framework=framework)
         return _container(req, argv)
-    module = "payloads.train_torch" if framework == "torch" else "payloads.train_keras"
-    rank = _container(req, ["python", "-m", module, str(trial_file)])
+    if framework == "torch":
+        return torch_nodes_command(req, trial_file)
+    rank = _container(req, ["python", "-m", "payloads.train_keras", str(trial_file)])
     return ["mpirun", "-np", str(req.workers), "--bind-to", "none",
             "bash", "-c", RANK_BANNER, "gridml-rank", *rank]
+
+
+def torch_nodes_command(req: TaskRequest, trial_file: Path) -> list[str]:
+    """One torchrun per node (srun), every rank wrapped by the banner; ``--no-python`` so that
+    the wrapper, not an interpreter, is what torchrun starts."""
+    nodes = max(req.nodes, 1)
+    per_node = ranks_per_node(req.workers, nodes)
+    rank = _container(req, ["bash", "-c", TORCH_RANK_BANNER, "gridml-rank",
+                            "python", "-u", "-m", "payloads.train_torch", str(trial_file)])
+    torchrun = ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={per_node}",
+                "--rdzv-backend=c10d", "--rdzv-endpoint=$GRIDML_RDZV_ENDPOINT",
+                "--rdzv-id=$SLURM_JOB_ID", "--no-python", *rank]
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            f"--cpus-per-task={max(req.cores // per_node, 1) * per_node}", "--kill-on-bad-exit=1",
+            "bash", "-c", TORCH_NODE, "gridml-node", *torchrun]
+
+
+def _shell(argv: list[str]) -> str:
+    """``argv`` quoted for bash, but ``$GRIDML_RDZV_ENDPOINT`` and ``$SLURM_JOB_ID`` left to the
+    batch shell (in double quotes)."""
+    out = []
+    for arg in argv:
+        if arg in ("--rdzv-endpoint=$GRIDML_RDZV_ENDPOINT", "--rdzv-id=$SLURM_JOB_ID"):
+            out.append(f'"{arg}"')
+        else:
+            out.append(shlex.quote(arg))
+    return " ".join(out)
 
 
 def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
@@ -128,16 +187,24 @@ def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
              "# OpenMPI refuses root without these (containers, test clusters)",
              'if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 '
              "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi"]
+    torch = req.trial.training.framework == "torch"
+    if torch:  # torchrun exits 1 whatever a rank's code was: the rank's own code is kept here
+        lines.append(f"export GRIDML_EXIT_FILE={shlex.quote(str(attempt_dir(req) / 'payload_exit_code'))}")
     setup = [str(line) for line in site.get("setup") or []]
     if setup:
         lines += ["# slurm.setup", *setup]
     lines += ['echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} '
               '(batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2',
-              "rm -f exit_code",
-              shlex.join(launch_command(req, trial_file)),
-              "code=$?",
-              "echo $code > exit_code.tmp && mv exit_code.tmp exit_code",
-              "exit $code", ""]
+              "rm -f exit_code" + (" payload_exit_code" if torch else "")]
+    if torch and max(req.nodes, 1) > 1:
+        lines += ["# torchrun on every node; the rendezvous on the first node of the allocation",
+                  *TORCH_HEAD]
+    lines += [_shell(launch_command(req, trial_file)),
+              "code=$?"]
+    if torch:
+        lines.append('if [ "$code" -ne 0 ] && [ -s payload_exit_code ]; then '
+                     'code=$(cat payload_exit_code); fi')
+    lines += ["echo $code > exit_code.tmp && mv exit_code.tmp exit_code", "exit $code", ""]
     return "\n".join(lines)
 
 

@@ -272,15 +272,16 @@ class Spec(_Strict):
             if self.backend.executor not in ("slurm", "dryrun"):
                 raise ValueError(f"resources.nodes: {res.nodes} nodes per trial need backend.executor: "
                                  f"slurm; use nodes: 1 with {self.backend.executor}")
-            if self.payload.framework == "torch":
-                raise ValueError(f"resources.nodes: torch trials run under torchrun on one node; use "
-                                 f"nodes: 1 (or payload.framework: keras for {res.nodes} nodes)")
-            if self.training.horovod != "mpi":
+            if self.payload.framework != "torch" and self.training.horovod != "mpi":
                 raise ValueError(f"training.horovod: {self.training.horovod} cannot span nodes "
                                  f"without ssh; use horovod: mpi for resources.nodes {res.nodes}")
             if workers < res.nodes:
                 raise ValueError(f"training.workers: {workers} ranks {on} leaves a node idle; give "
                                  f"every node a rank (workers >= {res.nodes}) or lower resources.nodes")
+            if self.payload.framework == "torch" and workers % res.nodes:
+                raise ValueError(f"training.workers: {workers} torch ranks on {res.nodes} nodes; "
+                                 f"torchrun starts as many on every node (make workers a multiple "
+                                 f"of {res.nodes})")
         else:
             on = "on 1 node"
         if res.gpus > 0 and workers > res.nodes * res.gpus and self.backend.executor == "slurm":

@@ -11,9 +11,10 @@ import pytest
 
 from gridml.data import open_data_manager
 from gridml.executors.slurm_render import slurm_time
-from tests.helpers import gridml, register_tiny_datasets, write_spec
+from tests.helpers import ROOT, gridml, register_tiny_datasets, write_spec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
+TORCH_PAYLOAD = f"payload: {{framework: torch, model: {ROOT / 'examples/models/deepsets_torch.py'}}}\n"
 CASES = {
     "two_nodes": dict(
         training="training: {epochs: 2, batch_size: 64, workers: 8, horovod: mpi}\n",
@@ -26,12 +27,22 @@ CASES = {
         resources="resources: {cores: 4, memory_gb: 8, walltime: 30h, "
                   "container: /sw/images/gridml.sif}\n",
         slurm="slurm: {qos: short}\n"),
+    "torch_two_nodes": dict(
+        payload=TORCH_PAYLOAD,
+        training="training: {epochs: 1, batch_size: 64, workers: 4}\n",
+        resources="resources: {nodes: 2, cores: 4, memory_gb: 8, walltime: 1h}\n",
+        slurm="slurm: {partition: cpu}\n"),
+    "torch_one_node": dict(
+        payload=TORCH_PAYLOAD,
+        training="training: {epochs: 1, batch_size: 64, workers: 2}\n",
+        resources="resources: {cores: 2, memory_gb: 4, walltime: 1h}\n",
+        slurm="slurm: {partition: cpu}\n"),
 }
 
 
 def _normalise(text: str, tmp: Path) -> str:
     text = re.sub(r'export PATH=\S+:"\$PATH"', 'export PATH=<ENV>/bin:"$PATH"', text)
-    text = text.replace(str(tmp), "<TMP>")
+    text = text.replace(str(tmp), "<TMP>").replace(str(ROOT), "<ROOT>")
     return re.sub(r"/\S*/gridml-dryrun-[^/]+", "<DRYRUN>", text)
 
 
@@ -62,6 +73,7 @@ def test_walltime_is_written_as_slurm_time() -> None:
     ("{nodes: 2, cores: 8, gpus: 2}", "{epochs: 1, workers: 8, horovod: mpi}", "but 4 GPUs on 2 nodes"),
     ("{nodes: 2, cores: 4}", "{epochs: 1, workers: 1, horovod: mpi}", "leaves a node idle"),
     ("{nodes: 2, cores: 4}", "{epochs: 1, workers: 2}", "horovod: gloo cannot span nodes"),
+    ("{nodes: 2, cores: 4}", "{epochs: 1, workers: 3}", "torch ranks on 2 nodes"),
 ])
 def test_workers_must_fit_the_nodes(resources: str, training: str, wanted: str, tmp_path: Path,
                                     gridml_home: Path) -> None:
@@ -69,7 +81,8 @@ def test_workers_must_fit_the_nodes(resources: str, training: str, wanted: str, 
     train, val = register_tiny_datasets(data, tmp_path, "user.test")
     spec = write_spec(tmp_path / "spec.yaml", "fit", train, val,
                       backend="backend: {executor: slurm, data: local, server: embedded}\n",
-                      resources=f"resources: {resources}\n", training=f"training: {training}\n")
+                      resources=f"resources: {resources}\n", training=f"training: {training}\n",
+                      **({"payload": TORCH_PAYLOAD} if "torch" in wanted else {}))
     proc = gridml("validate", str(spec), check=False)
     assert proc.returncode == 2, proc.stdout
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
