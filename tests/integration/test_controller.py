@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gridml.controller import Campaign, objective_of
+from gridml.controller import Campaign
+from gridml.store import objective_of
 from gridml.data.local import LocalStore
 from gridml.errors import SpecError
 from gridml.executors.base import TaskStatus
