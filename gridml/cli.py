@@ -169,6 +169,9 @@ def _run(loaded: Any, dm: Any, quiet: bool) -> None:
               f"{best['hparams']}")
     model = next((o["did"] for o in best["outputs"] if o["name"].endswith((".keras", ".h5"))), None)
     out.print(f"model: {model}  (get it with `gridml fetch {study.name} --best -o DIR`)")
+    if len(doc["study"]["objectives"]) > 1:
+        out.print(f"Pareto front: trials {', '.join(str(t['number']) for t in doc['study']['pareto'])}"
+                  f"  (`gridml best {study.name}`; fetch them with --pareto)")
     if doc["study"]["convergence_plot"]:
         out.print(f"convergence plot: {doc['study']['convergence_plot']}")
 
@@ -282,41 +285,66 @@ def _list_studies(as_json: bool) -> None:
 @app.command()
 def best(study: str = typer.Argument(..., help="study name or id"),
          as_json: bool = typer.Option(False, "--json")) -> None:
-    """The best trial of a study: hyperparameters and objective."""
+    """The best trial of a study: hyperparameters and objective (several objectives: the
+    Pareto front, each trial with its objectives and hyperparameters)."""
     doc = _study_doc(study)
     b = doc["study"]["best"]
     if b is None:
         raise NotFoundError(f"study {study} has no completed trial yet", hint=f"see `gridml status {study}`")
+    objs, front = doc["study"]["objectives"], doc["study"]["pareto"]
     if as_json:
         return _print_json({"study": doc["study"]["name"], "objective_name": doc["study"]["objective"],
-                            "direction": doc["study"]["direction"], **b})
+                            "direction": doc["study"]["direction"], **b,
+                            "objective_names": objs, "pareto": front})
+    if len(objs) > 1:
+        return _print_front(study, objs, front)
     out.print(f"study {study}: best trial {b['number']}, {doc['study']['objective']} = {b['objective']:.6g}")
     for k, v in b["hparams"].items():
         out.print(f"  {k} = {v}")
 
 
+def _print_front(study: str, objs: list[dict[str, Any]], front: list[dict[str, Any]]) -> None:
+    names = [f"{o['metric']} ({o['direction'][:3]})" for o in objs]
+    table = Table(title=f"study {study}: Pareto front, {len(front)} trial(s)")
+    for col in ("trial", *names, "hyperparameters"):
+        table.add_column(col)
+    for t in front:
+        table.add_row(str(t["number"]), *(f"{v:.5g}" for v in t["objectives"]), _hparams(t["hparams"]))
+    out.print(table)
+
+
 @app.command()
 def fetch(study: str = typer.Argument(..., help="study name or id"),
           best_: bool = typer.Option(False, "--best", help="the best trial"),
+          pareto: bool = typer.Option(False, "--pareto", help="every trial of the Pareto front"),
           trial: int | None = typer.Option(None, "--trial", help="this trial number"),
           output: Path = typer.Option(..., "-o", "--output", help="folder to write into"),
           backend: str | None = typer.Option(None, "--backend", help="data backend (default: the study's)")) -> None:
     """Retrieve a trial's model, plots and metrics from the data store."""
-    if best_ == (trial is not None):
-        raise UsageError("say which trial: --best or --trial N (one of them)")
+    if best_ + pareto + (trial is not None) != 1:
+        raise UsageError("say which trial: --best, --pareto or --trial N (one of them)")
     doc = _study_doc(study)
-    t = doc["study"]["best"] if best_ else next((x for x in doc["trials"] if x["number"] == trial), None)
-    if t is None:
-        raise NotFoundError(f"study {study}: no {'completed' if best_ else f'trial {trial}'} trial",
-                            hint=f"see `gridml status {study}`")
-    if not t["outputs"]:
-        raise NotFoundError(f"study {study} trial {t['number']} has no stored outputs ({t['state']})")
+    if pareto:
+        chosen = doc["study"]["pareto"]
+        if not chosen:
+            raise NotFoundError(f"study {study}: no completed feasible trial, the Pareto front is "
+                                "empty", hint=f"see `gridml status {study}`")
+    else:
+        t = doc["study"]["best"] if best_ else next((x for x in doc["trials"] if x["number"] == trial), None)
+        if t is None:
+            raise NotFoundError(f"study {study}: no {'completed' if best_ else f'trial {trial}'} trial",
+                                hint=f"see `gridml status {study}`")
+        chosen = [t]
+    for t in chosen:
+        if not t["outputs"]:
+            raise NotFoundError(f"study {study} trial {t['number']} has no stored outputs ({t['state']})")
     spec = _reader().get_study(study).spec
     dm = _data_manager(backend or spec["backend"]["data"])
     output.mkdir(parents=True, exist_ok=True)
-    for o in t["outputs"]:
-        for path in dm.download(o["did"], output):
-            out.print(f"{o['did']} -> {path}")
+    for t in chosen:
+        for o in t["outputs"]:
+            for path in dm.download(o["did"], output):
+                out.print(f"{o['did']} -> {path}")
 
 
 @app.command()

@@ -12,6 +12,7 @@ from statistics import mean
 from typing import Any
 
 from gridml.store import EpochReport, StoreReader, Study, Trial, best_trial
+from gridml.store.best import feasible, objectives_spec, pareto_front, values_of
 
 INPUT_BOUND = 0.20  # input-wait fraction above which a trial is flagged input-bound
 
@@ -30,7 +31,8 @@ def trial_summary(trial: Trial, epochs: list[EpochReport]) -> dict[str, Any]:
     reasons = [e.extra.get("input_bound") for e in epochs if e.extra.get("input_bound")]
     return {
         "number": trial.number, "id": trial.id, "state": trial.state, "hparams": trial.hparams,
-        "objective": trial.objective, "epochs_done": len(epochs),
+        "objective": trial.objective, "objectives": values_of(trial),
+        "violations": trial.violations, "feasible": feasible(trial), "epochs_done": len(epochs),
         "time_per_epoch": _mean([e.epoch_time for e in epochs]),
         "samples_per_s": _mean([e.samples_per_s for e in epochs]),
         "input_wait_frac": wait, "input_bound": bool(wait is not None and wait > INPUT_BOUND),
@@ -56,6 +58,7 @@ def study_document(store: StoreReader, study: Study, runs_dir: Path) -> dict[str
     trials = store.list_trials(study.id)
     summaries = [trial_summary(t, store.list_epochs(t.id)) for t in trials]
     best = best_trial(study, trials)  # (gridml.store.best: the one rule)
+    front = {t.id for t in pareto_front(study, trials)}
     plot = runs_dir / study.name / "convergence.png"
     search = study.spec["search"]
     return {
@@ -68,6 +71,9 @@ def study_document(store: StoreReader, study: Study, runs_dir: Path) -> dict[str
             "output_dataset": study.spec["output"]["dataset"],
             "convergence_plot": str(plot) if plot.exists() else None,
             "importance": _importance(search, trials),
+            "objectives": [{"metric": m, "direction": d} for m, d in objectives_spec(search)],
+            "constraints": list(search.get("constraints") or []),
+            "pareto": [s for s in summaries if s["id"] in front],  # by trial number
         },
         "trials": summaries,
     }

@@ -120,6 +120,7 @@ class TrialOut(BaseModel):
 class StudySummary(StudyOut):
     counts: dict[str, int]
     best: TrialOut | None
+    pareto: list[int] = []  # trial numbers of the Pareto front (gridml.store.best.pareto_front)
 
 
 class TrialPage(BaseModel):

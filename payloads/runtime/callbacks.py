@@ -64,8 +64,10 @@ class EpochReporter(keras.callbacks.Callback):
 
     def __init__(self, rank: int, reporter: Reporter | None, profiler: EpochProfiler,
                  checkpointer: Checkpointer | None, broadcast: Callable[[Any], Any],
-                 ask_stop: bool, extra: Callable[[], dict[str, Any]] | None = None) -> None:
+                 ask_stop: bool, extra: Callable[[], dict[str, Any]] | None = None,
+                 costs: dict[str, float] | None = None) -> None:
         super().__init__()
+        self.costs = dict(costs or {})  # payloads/runtime/costs.py: in every epoch's metrics
         self.rank, self.reporter, self.profiler = rank, reporter, profiler
         self.ckpt, self.broadcast, self.ask_stop = checkpointer, broadcast, ask_stop
         self.extra = extra or dict
@@ -84,7 +86,8 @@ class EpochReporter(keras.callbacks.Callback):
         reason = profile.input_bound_reason(prof, prof["extra"].get("cache"))
         if reason:
             prof["extra"]["input_bound"] = reason
-        report = {"epoch": epoch, "metrics": {k: _number(v) for k, v in logs.items()}, **prof}
+        report = {"epoch": epoch, "metrics": {**{k: _number(v) for k, v in logs.items()},
+                                              **self.costs}, **prof}
         self.reports.append(report)
         if self.reporter is not None:
             self.reporter.report(report)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from payloads.runtime import callbacks as cbs, gpu, outputs, threads
+from payloads.runtime import callbacks as cbs, costs, gpu, outputs, threads
 from payloads.runtime.checkpoint import Checkpointer
 from payloads.runtime.session import build_model, make_reporter, open_data, reader_processes
 from payloads.runtime.trial import TrialConfig
@@ -14,14 +14,24 @@ from payloads.runtime.trial import TrialConfig
 log = logging.getLogger("gridml.payload")
 
 
-def _callbacks(cfg: TrialConfig, data: Any, hvd: Any, reporter: Any, ckpt: Any) -> list[Any]:
+def _costs(cfg: TrialConfig, model: Any, data: Any) -> dict[str, float]:
+    """Rank 0: the cost metrics (payloads/runtime/costs.py) of the model just built."""
+    feats = list(data.train.features)
+    rows = costs.sample(data.train.src.head(costs.BATCH), feats)
+    measured = costs.keras_costs(model, rows)
+    log.info("model costs: %s", ", ".join(f"{k}={v:.4g}" for k, v in measured.items()))
+    return measured
+
+
+def _callbacks(cfg: TrialConfig, data: Any, hvd: Any, reporter: Any, ckpt: Any,
+               model_costs: dict[str, float] | None = None) -> list[Any]:
     import horovod.tensorflow as htf  # the object collectives live here, not in .keras
 
     per_epoch = data.train.rows_per_epoch * hvd.size()
     profiler = cbs.EpochProfiler(data.loaders, htf.allgather_object, lambda: per_epoch)
     report = cbs.EpochReporter(
         hvd.rank(), reporter, profiler, ckpt, lambda obj: htf.broadcast_object(obj, 0),
-        cfg.early_stopping, extra=lambda: {"cache": data.train.cache.stats()})
+        cfg.early_stopping, extra=lambda: {"cache": data.train.cache.stats()}, costs=model_costs)
     return [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
             hvd.callbacks.MetricAverageCallback(), profiler, report]
 
@@ -57,13 +67,14 @@ def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> t
 def fit_and_finish(cfg: TrialConfig, plan: threads.ThreadPlan, data: Any, hvd: Any,
                    device: str, policy: str) -> int:
     model = build_model(cfg, data, hvd)
+    model_costs = _costs(cfg, model, data) if hvd.rank() == 0 else {}
     reporter = make_reporter(cfg) if hvd.rank() == 0 else None
     ckpt = Checkpointer(cfg.output_dir / "checkpoint") if (
         hvd.rank() == 0 and cfg.training.options.checkpoint) else None
     start = _resume(cfg, model, hvd, reporter)
     epochs = cfg.training.epochs
     train_ds, val_ds = _datasets(data, plan, start, epochs)
-    cb = _callbacks(cfg, data, hvd, reporter, ckpt)
+    cb = _callbacks(cfg, data, hvd, reporter, ckpt, model_costs)
     if start < epochs:
         model.fit(train_ds, epochs=epochs, initial_epoch=start,
                   steps_per_epoch=data.train.steps_per_epoch, validation_data=val_ds,

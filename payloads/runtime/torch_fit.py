@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from payloads.runtime import gpu, outputs, profile, threads, torch_model
+from payloads.runtime import costs, gpu, outputs, profile, threads, torch_model
 from payloads.runtime.checkpoint import Checkpointer
 from payloads.runtime.session import Data, _input_shape, make_reporter, open_data, reader_processes
 from payloads.runtime.trial import TrialConfig
@@ -192,6 +192,7 @@ class Trainer:
         self.model = torch_model.build(self.user, cfg.model_file, cfg.hparams, self.input_shape)
         self._adapt()
         self.model.to(device)
+        self.costs = self._costs() if ranks.rank == 0 else {}  # in every epoch's metrics
         lr = cfg.learning_rate * (ranks.size if t.options.lr_scaling == "linear" else 1)
         self.lr = lr
         self.opt = torch_model.optimizer(t.optimizer, self.model.parameters(), lr, cfg.hparams)
@@ -215,6 +216,14 @@ class Trainer:
             fn([head.get(f) for f in feats])
             log.info("adapted the model on the first %d training rows",
                      len(head[self.data.train.labels]))
+
+    def _costs(self) -> dict[str, float]:
+        """The cost metrics (payloads/runtime/costs.py) of the model just built."""
+        feats = list(self.data.train.features)
+        rows = costs.sample(self.data.train.src.head(costs.BATCH), feats)
+        measured = costs.torch_costs(self.model, rows, self.device)
+        log.info("model costs: %s", ", ".join(f"{k}={v:.4g}" for k, v in measured.items()))
+        return measured
 
     def _wrap(self) -> Any:
         if not (self.ranks.on and self.ranks.size > 1):
@@ -329,7 +338,8 @@ class Trainer:
         reason = profile.input_bound_reason(prof, cache)
         if reason:
             prof["extra"]["input_bound"] = reason
-        report = {"epoch": epoch, "metrics": {k: _number(v) for k, v in logs.items()}, **prof}
+        report = {"epoch": epoch, "metrics": {**{k: _number(v) for k, v in logs.items()},
+                                              **self.costs}, **prof}
         if self.reporter is not None:
             self.reporter.report(report)
         if self.ckpt is not None:

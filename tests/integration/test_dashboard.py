@@ -138,3 +138,89 @@ def _updates_live(browser, url: str, db_url: str) -> None:
     ApiClient(url, token=trial.token).post_epoch(trial.id, EpochReport(1, {"loss": 0.7}, 1.0))
     _wait(browser, lambda b: len(b.find_elements(By.CSS_SELECTOR, "#trials tbody tr")) == 4)
 
+
+
+# ---- several objectives (issue 14): a real campaign's Pareto front in the CLI and the dashboard --
+@pytest.fixture(scope="module")
+def pareto_home(tmp_path_factory):
+    """GRIDML_HOME after a 5-trial, 1-epoch campaign with two objectives (val_loss and the
+    payload's inference_ms) and a constraint on n_params."""
+    from tests.helpers import gridml, make_registered_sample_data, write_spec
+
+    tmp = tmp_path_factory.mktemp("pareto")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GRIDML_HOME", str(tmp / "home"))
+    train, val = make_registered_sample_data(tmp, n_train=1500, n_val=400)
+    training = "training: {epochs: 1, batch_size: 128, metrics: [accuracy], workers: 1}\n"
+    search = textwrap.dedent("""\
+        search:
+          algorithm: random
+          objectives: [{metric: val_loss, direction: minimize},
+                       {metric: inference_ms, direction: minimize}]
+          constraints: ["n_params >= 1"]
+          max_trials: 5
+          parallel: 2
+          seed: 7
+          space:
+            learning_rate: {type: real, low: 1.0e-3, high: 3.0e-2, log: true}
+            units: {type: int, low: 4, high: 64}
+        """)
+    spec = write_spec(tmp / "spec.yaml", "pareto", train, val, training=training, search=search,
+                      resources="resources: {cores: 1, gpus: 0, memory_gb: 2, walltime: 20m}\n")
+    proc = gridml("submit", str(spec), "--quiet", timeout=900)
+    assert "Pareto front: trials" in proc.stdout
+    yield tmp
+    mp.undo()
+
+
+def test_pareto_front_in_cli_and_dashboard(pareto_home, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from tests.helpers import gridml, gridml_json
+
+    doc = gridml_json("status", "pareto")
+    trials = doc["trials"]
+    assert [t["state"] for t in trials] == ["completed"] * 5
+    for t in trials:  # the payload's cost metrics, in every epoch
+        metrics = gridml_json("status", "pareto", "--trial", str(t["number"]))["epochs"][0]["metrics"]
+        assert metrics["n_params"] >= 1 and metrics["model_mb"] > 0 and metrics["inference_ms"] > 0
+        assert t["objectives"] == [metrics["val_loss"], metrics["inference_ms"]] and t["feasible"]
+    front = doc["study"]["pareto"]
+    numbers = [t["number"] for t in front]
+    assert numbers and numbers == sorted(numbers)
+    for t in front:  # nobody dominates a front trial; every other trial is dominated
+        assert not any(o["objectives"][0] <= t["objectives"][0] and o["objectives"][1] <= t["objectives"][1]
+                       and o["objectives"] != t["objectives"] for o in trials)
+    for t in trials:
+        if t["number"] not in numbers:
+            assert any(f["objectives"][0] <= t["objectives"][0] and f["objectives"][1] <= t["objectives"][1]
+                       for f in front)
+    best = gridml_json("best", "pareto")
+    assert [t["number"] for t in best["pareto"]] == numbers
+    assert best["objective_names"] == [{"metric": "val_loss", "direction": "minimize"},
+                                       {"metric": "inference_ms", "direction": "minimize"}]
+    text = gridml("best", "pareto").stdout
+    assert "Pareto front" in text and "learning_rate" in text
+    dest = pareto_home / "front"
+    gridml("fetch", "pareto", "--pareto", "-o", str(dest))
+    names = {p.name for p in dest.iterdir()}
+    assert all(any(n.startswith(f"pareto.trial-{k:04d}.") for n in names) for k in numbers), names
+
+    url = f"sqlite:///{pareto_home / 'home' / 'gridml.db'}"
+    with ServerProcess(url, log=tmp_path / "serve.log") as server:
+        browser.get(f"{server.url}/#study=pareto")
+        points = _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#pareto circle")
+                       if len(b.find_elements(By.CSS_SELECTOR, "#pareto circle")) == 5 else None)
+        marked = sorted(int(p.get_attribute("data-trial")) for p in points
+                        if "pareto-point" in p.get_attribute("class"))
+        assert marked == numbers
+        titles = [p.find_element(By.TAG_NAME, "title").get_attribute("textContent") for p in points]
+        assert all(t.startswith("trial ") and "inference_ms = " in t for t in titles)
+        labels = browser.find_elements(By.CSS_SELECTOR, "#pareto text.pareto-label")
+        assert sorted(lb.text for lb in labels) == sorted(f"#{k}" for k in numbers)
+        assert "Pareto front: trials" in browser.find_element(By.ID, "summary").text
+        bars = _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#importance rect.importance-bar"))
+        assert {b.get_attribute("data-param") for b in bars} <= {"learning_rate", "units"}
+        assert abs(sum(float(b.get_attribute("data-share")) for b in bars) - 1) < 1e-6
+        severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+        assert severe == []

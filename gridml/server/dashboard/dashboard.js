@@ -237,16 +237,65 @@ function renderParallel() {
   });
 }
 
+// ---------- several objectives: the Pareto front, and the importance bars -----------------
+function objectives() { return searchCfg().objectives || []; }
+function feasible(t) { return !t.violations || t.violations.every((v) => v !== null && v <= 0); }
+function renderPareto() {
+  const svg = $("pareto"); clear(svg);
+  const objs = objectives();
+  if (objs.length < 2) return empty(svg, "one objective: see objective vs trial");
+  const front = new Set((state.summary.pareto || []));
+  const pts = state.trials.filter((t) => t.objectives && t.objectives.length >= 2
+    && Number.isFinite(t.objectives[0]) && Number.isFinite(t.objectives[1]));
+  if (!pts.length) return empty(svg, "no finished trial yet");
+  const name = (o) => `${o.metric} (${o.direction === "maximize" ? "max" : "min"})`;
+  const { x, y } = axes(svg, extent(pts.map((t) => t.objectives[0])),
+    extent(pts.map((t) => t.objectives[1])), name(objs[0]), name(objs[1]), false);
+  const onFront = pts.filter((t) => front.has(t.number))
+    .sort((a, b) => a.objectives[0] - b.objectives[0]);
+  polyline(svg, onFront.map((t) => [x(t.objectives[0]), y(t.objectives[1])]), { class: "front" });
+  pts.forEach((t) => {
+    const isFront = front.has(t.number);
+    const cls = isFront ? "pareto-point" : (feasible(t) ? "mo-point" : "mo-point infeasible");
+    const c = el("circle", { cx: x(t.objectives[0]), cy: y(t.objectives[1]),
+      r: t.id === state.selected ? 7 : (isFront ? 5 : 4), class: cls, "data-trial": t.number }, svg);
+    el("title", {}, c, `trial ${t.number}: ${objs.map((o, i) => `${o.metric} = ${fmt(t.objectives[i])}`)
+      .join(", ")}${isFront ? " (Pareto front)" : ""}${feasible(t) ? "" : " (infeasible)"}`);
+    c.onclick = () => { state.selected = t.id; render(); };
+    if (isFront) el("text", { x: x(t.objectives[0]) + 7, y: y(t.objectives[1]) - 6,
+      class: "pareto-label", "data-trial": t.number }, svg, `#${t.number}`);
+  });
+}
+
+function renderImportance() {
+  const svg = $("importance"); clear(svg);
+  const shares = Object.entries(state.importance || {}).sort((a, b) => b[1] - a[1]);
+  if (!shares.length) return empty(svg, "needs 5 finished trials with different objectives");
+  const rowH = Math.min(36, (H - M.t - M.b) / shares.length), left = 150, width = W - left - 60;
+  shares.forEach(([param, share], i) => {
+    const top = M.t + i * rowH;
+    el("text", { x: left - 6, y: top + rowH / 2 + 4, "text-anchor": "end" }, svg, param);
+    const bar = el("rect", { x: left, y: top + 3, width: Math.max(1, share * width),
+      height: rowH - 6, class: "importance-bar", "data-param": param, "data-share": share }, svg);
+    el("title", {}, bar, `${param}: ${(100 * share).toFixed(1)}%`);
+    el("text", { x: left + share * width + 4, y: top + rowH / 2 + 4 }, svg,
+       `${(100 * share).toFixed(0)}%`);
+  });
+}
+
 function renderSummary() {
   const s = state.summary, box = $("summary");
   const counts = Object.entries(s.counts).filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(", ");
-  const best = s.best ? `best: trial ${s.best.number}, ${searchCfg().objective || "objective"} = ${fmt(s.best.objective)}` : "no completed trial yet";
+  const best = objectives().length > 1
+    ? `Pareto front: ${(s.pareto || []).length ? "trials " + s.pareto.join(", ") : "empty"}`
+    : s.best ? `best: trial ${s.best.number}, ${searchCfg().objective || "objective"} = ${fmt(s.best.objective)}` : "no completed trial yet";
   box.textContent = `${s.name} (${s.state}): ${counts || "no trials"} · ${best} · ${searchCfg().algorithm || ""} ${searchCfg().direction || ""}`;
 }
 
 function render() {
   if (!state.summary) return;
   renderSummary(); renderTable(); renderObjective(); renderParallel(); renderCurves(); renderTiming();
+  renderPareto(); renderImportance();
 }
 
 // ---------- loading ------------------------------------------------------------------------
@@ -259,7 +308,8 @@ async function refresh() {
     // the epochs of the trials shown (the same page) only when one has reported since the last poll
     const seen = page.trials.map((t) => `${t.id}:${t.epochs_done}`).join(",");
     if (seen !== state.seen) {
-      state.epochs = await api(`/api/v1/studies/${s}/epochs?limit=1000`);
+      [state.epochs, state.importance] = await Promise.all([
+        api(`/api/v1/studies/${s}/epochs?limit=1000`), api(`/api/v1/studies/${s}/importance`)]);
       state.seen = seen;
     }
     Object.assign(state, { summary, trials: page.trials });

@@ -27,6 +27,7 @@ from gridml.server.schemas import (
     TrialPage,
 )
 from gridml.store import TRIAL_STATES, Study
+from gridml.store.best import pareto_front
 from gridml.store.sql import SqlStore
 
 router = APIRouter(prefix="/api/v1/studies", tags=["studies"])
@@ -74,13 +75,30 @@ def list_studies(store: Store, who: Who) -> list[StudyOut]:
 @router.get("/{study}", response_model=StudySummary,
             responses=documented(400, 401, 403, 404, 422))
 def get_study(study: StudyRef, store: Store, who: Who) -> StudySummary:
-    """Summary: trial counts by state and the best completed trial."""
+    """Summary: trial counts by state, the best completed trial and the Pareto front (the
+    numbers of its trials: several objectives, gridml.store.best)."""
     found = _study(store, study, who)
     counts = {state: 0 for state in TRIAL_STATES}
     counts.update(store.count_trials(found.id))
     best = store.best_trial(found)
+    front = pareto_front(found, store.list_trials(found.id, ("completed",)))
     return StudySummary(**StudyOut.of(found).model_dump(), counts=counts,
-                        best=TrialOut.of(best) if best else None)
+                        best=TrialOut.of(best) if best else None,
+                        pareto=[t.number for t in front])
+
+
+@router.get("/{study}/importance", response_model=dict[str, float],
+            responses=documented(400, 401, 403, 404, 422))
+def study_importance(study: StudyRef, store: Store, who: Who) -> dict[str, float]:
+    """{parameter: share} of the (first) objective's variance over the finished trials
+    (fANOVA, gridml.search.importance); {} with too few trials."""
+    from gridml.search.importance import importance  # lazy: imports Optuna
+
+    found = _study(store, study, who)
+    search = found.spec.get("search") or {}
+    if not search.get("space"):
+        return {}
+    return importance(search, store.list_trials(found.id))
 
 
 @router.get("/{study}/trials", response_model=TrialPage,
