@@ -107,3 +107,19 @@ def test_validate_refuses_objectives_the_engine_cannot_take(tmp_path):
     with pytest.raises(SpecError, match="give either objective/direction or objectives"):
         load_spec(write_spec(tmp_path, text.replace("algorithm: bayes", "algorithm: random")
                              .replace("  max_trials", "  direction: minimize\n  max_trials")))
+
+
+def test_torch_cost_metrics():
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from payloads.runtime import costs
+
+    model = torch.nn.Sequential(torch.nn.Linear(10, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    rows = costs.sample({"x": np.ones((100, 10)), "y": np.ones(100)}, ["x"])
+    assert rows[0].shape == (costs.BATCH, 10) and rows[0].dtype == np.float32
+    got = costs.torch_costs(model, rows, torch.device("cpu"))
+    assert got["n_params"] == 10 * 8 + 8 + 8 + 1 and got["model_mb"] > 0 and got["inference_ms"] > 0
+    assert model.training  # put back as it was
+    assert "inference_ms" not in costs.torch_costs(model, costs.sample({"x": None}, ["x"]),
+                                                   torch.device("cpu"))

@@ -253,3 +253,38 @@ def test_migrations_match_the_models(tmp_path):
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     store.close()
     assert diff == []
+
+
+def test_migration_0002_keeps_old_trials_and_stores_objectives(tmp_path, monkeypatch):
+    """A database of revision 0001 with a finished trial: upgraded on open, the trial reads back
+    with no objectives; a new trial keeps its objectives and violations (infeasible: never best)."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, text
+
+    from gridml.store import open_store
+    from gridml.store.sql.engine import MIGRATIONS
+
+    monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(text("INSERT INTO studies (id, name, spec, spec_hash, state, created) VALUES "
+                          "(1, 'old', '{}', 'h', 'running', '2026-01-01')"))
+        conn.execute(text("INSERT INTO trials (id, study_id, number, hparams, state, objective, "
+                          "epochs_done, source, attempts, created) VALUES (1, 1, 0, '{}', "
+                          "'completed', 0.5, 1, 'searcher', 1, '2026-01-01')"))
+    engine.dispose()
+    store = open_store(url)
+    old = store.get_trial(1)
+    assert (old.objective, old.objectives, old.violations) == (0.5, None, None)
+    new = store.create_trial(1, {"x": 1})
+    got = store.update_trial(new.id, state="completed", objective=0.1, objectives=[0.1, 2.0],
+                             violations=[0.5])
+    assert (got.objectives, got.violations) == ([0.1, 2.0], [0.5])
+    assert store.best_trial(store.get_study("old")).id == old.id  # 0.1 is lower but infeasible
+    store.close()
