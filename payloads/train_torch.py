@@ -17,11 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import traceback
 
 from payloads.runtime import threads
-from payloads.runtime.errors import PayloadFailure
-from payloads.runtime.trial import load_trial
+from payloads.runtime.entry import run_payload
+from payloads.runtime.trial import TrialDoc
 
 log = logging.getLogger("gridml.payload")
 
@@ -72,37 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _start(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
+    from payloads.runtime.torch_fit import run  # lazy: imports torch, after the thread setup
+
+    return run(cfg, plan)
+
+
 def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: torchrun --nproc-per-node N -m payloads.train_torch TRIAL.json",
-              file=sys.stderr)
-        return 2
-    die_with_launcher()
-    rank = int(os.environ.get("RANK", 0))
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s [payload r{rank}] %(message)s", datefmt="%H:%M:%S")
-    try:
-        cfg = load_trial(argv[0])
-        if cfg.training.framework != "torch":
-            raise PayloadFailure(f"{cfg.path}: training.framework is {cfg.training.framework!r}; "
-                                 "this is the torch payload (run payloads.train_keras)", code=2)
-        plan = threads.plan_threads(cfg.cores, threads.local_ranks())
-        threads.apply_env(plan)  # OMP/MKL before torch is imported (torchrun sets OMP to 1)
-        from payloads.runtime.torch_fit import run  # imports torch: after the thread setup
-
-        return run(cfg, plan)
-    except PayloadFailure as e:
-        print(f"gridml payload error: {e}", file=sys.stderr, flush=True)
-        return e.code
-    except KeyboardInterrupt:
-        print("gridml payload error: interrupted", file=sys.stderr, flush=True)
-        return 130
-    except Exception as e:
-        traceback.print_exc()
-        reason = " ".join(str(e).split())[:400]
-        print(f"gridml payload error: {type(e).__name__}: {reason}", file=sys.stderr, flush=True)
-        return 1
+    if len(argv) == 1:
+        die_with_launcher()
+    return run_payload(argv, rank=int(os.environ.get("RANK", 0)), framework="torch",
+                       usage="torchrun --nproc-per-node N -m payloads.train_torch TRIAL.json",
+                       start=_start)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from payloads.runtime.errors import PayloadFailure
+from payloads.runtime.userfile import import_model_file
 
 OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop", "adagrad": "Adagrad",
               "nadam": "Nadam", "adamax": "Adamax"}
@@ -16,18 +16,7 @@ OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop", "adagrad": "Ad
 
 def load_build_model(path: Path) -> Any:
     """Import the user's file by path and return its ``build_model`` function."""
-    if not path.is_file():
-        raise PayloadFailure(f"model file {path} does not exist", code=2)
-    spec = importlib.util.spec_from_file_location(f"gridml_user_model_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    try:
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except Exception as e:
-        raise PayloadFailure(f"model file {path} failed to import: {type(e).__name__}: {e}") from e
-    fn = getattr(module, "build_model", None)
-    if not callable(fn):
-        raise PayloadFailure(f"model file {path} defines no build_model(hparams, input_shape)")
-    return fn
+    return import_model_file(path)[1]
 
 
 def build(path: Path, hparams: dict[str, Any], input_shape: Any) -> Any:

@@ -16,7 +16,6 @@ Hooks a model file may define beside ``build_model(hparams, input_shape) -> torc
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from collections.abc import Callable
 import torch
 
 from payloads.runtime.errors import PayloadFailure
+from payloads.runtime.userfile import import_model_file
 
 HOOKS = {"loss": 2, "training_step": 3}  # name -> positional arity (gridml/spec/checks.py too)
 LOSSES = ("binary_crossentropy", "categorical_crossentropy", "sparse_categorical_crossentropy",
@@ -45,19 +45,7 @@ class UserModel:
 
 def load(path: Path) -> UserModel:
     """Import the user's file by path: ``build_model`` and the optional hooks."""
-    if not path.is_file():
-        raise PayloadFailure(f"model file {path} does not exist", code=2)
-    spec = importlib.util.spec_from_file_location(f"gridml_user_model_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    try:
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except Exception as e:
-        raise PayloadFailure(f"model file {path} failed to import: {type(e).__name__}: {e}",
-                             code=2) from e
-    fn = getattr(module, "build_model", None)
-    if not callable(fn):
-        raise PayloadFailure(f"model file {path} defines no build_model(hparams, input_shape)",
-                             code=2)
+    module, fn = import_model_file(path)
     hooks = {n: getattr(module, n, None) for n in HOOKS}
     for name, fn_ in hooks.items():
         if fn_ is not None and not callable(fn_):

@@ -1,0 +1,45 @@
+"""What every payload's ``main`` does, once: read the trial file, size the thread pools before the
+framework is imported, run, and turn every failure into an exit code with its reason as the last
+line on stderr (``gridml payload error: ...``), which the executors report."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from collections.abc import Callable
+
+from payloads.runtime import threads
+from payloads.runtime.errors import PayloadFailure
+from payloads.runtime.trial import TrialDoc, load_trial
+
+
+def run_payload(argv: list[str], *, usage: str, rank: int, framework: str,
+                start: Callable[[TrialDoc, threads.ThreadPlan], int]) -> int:
+    """``start(cfg, plan)`` imports the framework and trains (after the thread setup here).
+    Exit codes: 0 done, 1 training failed, 2 bad trial/model file, 3 bad data, 130 interrupted."""
+    if len(argv) != 1:
+        print(f"usage: {usage}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s [payload r{rank}] %(message)s", datefmt="%H:%M:%S")
+    try:
+        cfg = load_trial(argv[0])
+        if cfg.training.framework != framework:
+            raise PayloadFailure(f"{cfg.path}: training.framework is {cfg.training.framework!r}; "
+                                 f"this is the {framework} payload "
+                                 f"(run payloads.train_{cfg.training.framework})", code=2)
+        plan = threads.plan_threads(cfg.cores, threads.local_ranks())
+        threads.apply_env(plan)  # OMP/MKL/TF pools before the framework is imported anywhere
+        return start(cfg, plan)
+    except PayloadFailure as e:
+        print(f"gridml payload error: {e}", file=sys.stderr, flush=True)
+        return e.code
+    except KeyboardInterrupt:
+        print("gridml payload error: interrupted", file=sys.stderr, flush=True)
+        return 130
+    except Exception as e:
+        traceback.print_exc()
+        reason = " ".join(str(e).split())[:400]
+        print(f"gridml payload error: {type(e).__name__}: {reason}", file=sys.stderr, flush=True)
+        return 1
