@@ -5,7 +5,8 @@ attempt in the job's comment (``gridml-attempt-N``). ``resources`` are per node;
 ``workers`` ranks are spread over ``resources.nodes`` nodes:
 
 - one node: the payload command the local executor runs (``horovodrun -np W -H localhost:W``),
-  inside the allocation;
+  inside the allocation; but with ``training.horovod: mpi`` the ``mpirun`` line below (OpenMPI
+  refuses ``-H localhost`` inside an allocation);
 - several nodes: ``mpirun -np W`` (OpenMPI and MPICH read the Slurm allocation: one slot per
   task, ``--ntasks-per-node`` ranks on each node, daemons started with ``srun``) around
   ``python -m payloads.train_keras``; Horovod's MPI controller; every rank prints its
@@ -134,7 +135,12 @@ def _container(req: TaskRequest, argv: list[str]) -> list[str]:
 def launch_command(req: TaskRequest, trial_file: Path) -> list[str]:
     """How the ranks start inside the allocation (see the module docstring)."""
     framework = req.trial.training.framework
-    if max(req.nodes, 1) == 1:
+    # horovodrun --mpi -H localhost:W inside an allocation: OpenMPI refuses "localhost", a host
+    # not in the allocation ("All nodes which are allocated for this job are already filled"),
+    # so Horovod's MPI controller runs under mpirun, which takes the slots from Slurm, on one
+    # node as on several
+    mpi = framework != "torch" and req.launcher == "mpi"
+    if max(req.nodes, 1) == 1 and not mpi:
         argv = payload_command(req.workers, req.launcher, str(trial_file), framework=framework)
         return _container(req, argv)
     if framework == "torch":

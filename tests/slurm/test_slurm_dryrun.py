@@ -27,6 +27,10 @@ CASES = {
         resources="resources: {cores: 4, memory_gb: 8, walltime: 30h, "
                   "container: /sw/images/gridml.sif}\n",
         slurm="slurm: {qos: short}\n"),
+    "one_node_mpi": dict(  # Horovod's MPI controller under mpirun: horovodrun -H localhost fails in Slurm
+        training="training: {epochs: 1, batch_size: 64, workers: 2, horovod: mpi}\n",
+        resources="resources: {cores: 2, memory_gb: 4, walltime: 1h}\n",
+        slurm="slurm: {partition: cpu}\n"),
     "torch_two_nodes": dict(
         payload=TORCH_PAYLOAD,
         training="training: {epochs: 1, batch_size: 64, workers: 4}\n",

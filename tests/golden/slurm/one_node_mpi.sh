@@ -1,0 +1,60 @@
+# <DRYRUN>/runs/dry-one-node-mpi/trial-0000/attempt-1/job.sh
+#!/bin/bash
+# gridml: study dry-one-node-mpi, trial 0, attempt 1; submitted with sbatch
+#SBATCH --job-name=gridml.dry-one-node-mpi.trial-0000
+#SBATCH --comment=gridml-attempt-1
+#SBATCH --chdir=<DRYRUN>/runs/dry-one-node-mpi/trial-0000/attempt-1
+#SBATCH --output=<DRYRUN>/runs/dry-one-node-mpi/trial-0000/attempt-1/payload.log
+#SBATCH --open-mode=append
+#SBATCH --nodes=1
+#SBATCH --ntasks=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=1
+#SBATCH --mem=4096M
+#SBATCH --time=01:00:00
+#SBATCH --partition=cpu
+#SBATCH --no-requeue
+set -uo pipefail
+export PATH=<ENV>/bin:"$PATH"
+export GRIDML_TRIAL_DIR=<DRYRUN>/runs/dry-one-node-mpi/trial-0000
+export HOROVOD_GLOO_TIMEOUT_SECONDS=300
+export HOROVOD_START_TIMEOUT=300
+# OpenMPI refuses root without these (containers, test clusters)
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
+rm -f exit_code
+mpirun -np 2 --bind-to none bash -c 'echo "[gridml] rank ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}} on node ${SLURMD_NODENAME:-?} (host $(hostname))" >&2; exec "$@"' gridml-rank python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-mpi/trial-0000/attempt-1/trial.json
+code=$?
+echo $code > exit_code.tmp && mv exit_code.tmp exit_code
+exit $code
+
+# <DRYRUN>/runs/dry-one-node-mpi/trial-0001/attempt-1/job.sh
+#!/bin/bash
+# gridml: study dry-one-node-mpi, trial 1, attempt 1; submitted with sbatch
+#SBATCH --job-name=gridml.dry-one-node-mpi.trial-0001
+#SBATCH --comment=gridml-attempt-1
+#SBATCH --chdir=<DRYRUN>/runs/dry-one-node-mpi/trial-0001/attempt-1
+#SBATCH --output=<DRYRUN>/runs/dry-one-node-mpi/trial-0001/attempt-1/payload.log
+#SBATCH --open-mode=append
+#SBATCH --nodes=1
+#SBATCH --ntasks=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=1
+#SBATCH --mem=4096M
+#SBATCH --time=01:00:00
+#SBATCH --partition=cpu
+#SBATCH --no-requeue
+set -uo pipefail
+export PATH=<ENV>/bin:"$PATH"
+export GRIDML_TRIAL_DIR=<DRYRUN>/runs/dry-one-node-mpi/trial-0001
+export HOROVOD_GLOO_TIMEOUT_SECONDS=300
+export HOROVOD_START_TIMEOUT=300
+# OpenMPI refuses root without these (containers, test clusters)
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
+rm -f exit_code
+mpirun -np 2 --bind-to none bash -c 'echo "[gridml] rank ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}} on node ${SLURMD_NODENAME:-?} (host $(hostname))" >&2; exec "$@"' gridml-rank python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-mpi/trial-0001/attempt-1/trial.json
+code=$?
+echo $code > exit_code.tmp && mv exit_code.tmp exit_code
+exit $code
+
