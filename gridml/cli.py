@@ -167,7 +167,7 @@ def _run(loaded: Any, dm: Any, quiet: bool) -> None:
         raise GridmlError(f"study {study.name}: no trial completed", hint=f"see `gridml status {study.name}`")
     out.print(f"best trial {best['number']}: {doc['study']['objective']} = {best['objective']:.5g}  "
               f"{best['hparams']}")
-    model = next((o["did"] for o in best["outputs"] if o["name"].endswith((".keras", ".h5"))), None)
+    model = next((o["did"] for o in best["outputs"] if o["name"].endswith((".keras", ".h5", ".pt"))), None)
     out.print(f"model: {model}  (get it with `gridml fetch {study.name} --best -o DIR`)")
     if len(doc["study"]["objectives"]) > 1:
         out.print(f"Pareto front: trials {', '.join(str(t['number']) for t in doc['study']['pareto'])}"
