@@ -31,7 +31,7 @@ def test_unknown_study_trial_and_usage(tmp_path: Path) -> None:
     proc = gridml("status", "nosuch", check=False)
     assert proc.returncode == 3 and "nosuch" in proc.stderr and "Traceback" not in proc.stderr
     proc = gridml("fetch", "nosuch", "-o", str(tmp_path), check=False)
-    assert proc.returncode == 2 and "--best or --trial" in proc.stderr
+    assert proc.returncode == 2 and "--best, --pareto or --trial" in proc.stderr
     proc = gridml("frobnicate", check=False)
     assert proc.returncode == 2 and "No such command" in proc.stderr
     proc = gridml("validate", str(tmp_path / "missing.yaml"), check=False)

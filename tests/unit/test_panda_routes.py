@@ -40,4 +40,17 @@ def test_the_health_check_too(client: object) -> None:
     assert '"/system/is_alive"' in inspect.getsource(client.hello)  # type: ignore[attr-defined]
     assert "client.get(url" in inspect.getsource(client.hello)  # type: ignore[attr-defined]
     assert ("GET", "system/is_alive") in ROUTES
-    assert len(ROUTES) == len(CALLED) + 1  # nothing served that gridml does not use
+    assert len(ROUTES) == len(CALLED) + 1 + len(SANDBOX)  # nothing served that gridml does not use
+
+
+SANDBOX = {  # Client.putFile: the sandbox upload (reuse check first)
+    ("POST", "file_server/validate_cache_file"): 'endpoint = "file_server/validate_cache_file"',
+    ("POST", "file_server/upload_cache_file"): "/file_server/upload_cache_file",
+}
+
+
+@pytest.mark.parametrize("route", sorted(SANDBOX))
+def test_the_sandbox_upload_goes_where_the_double_answers(client: object, route: tuple) -> None:
+    source = inspect.getsource(client.putFile)  # type: ignore[attr-defined]
+    assert SANDBOX[route] in source
+    assert route in ROUTES
