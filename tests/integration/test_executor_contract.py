@@ -159,11 +159,11 @@ def test_after_kill_the_next_attempt_gets_a_new_task(backend: Backend) -> None:
     resumed.kill(second)
 
 
+# A whole trial on every backend that runs one here (a dry run runs nothing; PanDA's whole trials
+# run through the double in tests/e2e/test_panda_campaign.py).
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["local", "slurm"], indirect=True)
 def test_a_task_runs_to_completion_and_a_fresh_executor_sees_it(backend: Backend) -> None:
-    if backend.name not in ("local", "slurm"):
-        pytest.skip("runs a whole trial: PanDA's is in tests/e2e/test_panda_campaign.py, "
-                    "a dry run runs nothing")
     handle = backend.executor.submit(backend.request(attempt=1))
     status = _wait(backend.executor, handle, OVER, timeout_s=600)
     assert status.state == "completed", status
