@@ -20,7 +20,6 @@ from gridml.spec import LoadedSpec, parse_walltime
 from gridml.store import Study, Trial
 from payloads.runtime import trial as contract
 
-CONTRACT_VERSION = contract.CONTRACT_VERSION
 OUTPUT_FILES = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
                 "model_source.py")
 # A grid job fails when a declared output is missing, so only files every trial writes are

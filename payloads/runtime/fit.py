@@ -9,12 +9,12 @@ from typing import Any
 from payloads.runtime import callbacks as cbs, costs, gpu, outputs, threads
 from payloads.runtime.checkpoint import Checkpointer
 from payloads.runtime.session import build_model, make_reporter, open_data, reader_processes
-from payloads.runtime.trial import TrialConfig
+from payloads.runtime.trial import TrialDoc
 
 log = logging.getLogger("gridml.payload")
 
 
-def _costs(cfg: TrialConfig, model: Any, data: Any) -> dict[str, float]:
+def _costs(cfg: TrialDoc, model: Any, data: Any) -> dict[str, float]:
     """Rank 0: the cost metrics (payloads/runtime/costs.py) of the model just built."""
     feats = list(data.train.features)
     rows = costs.sample(data.train.src.head(costs.BATCH), feats)
@@ -23,7 +23,7 @@ def _costs(cfg: TrialConfig, model: Any, data: Any) -> dict[str, float]:
     return measured
 
 
-def _callbacks(cfg: TrialConfig, data: Any, hvd: Any, reporter: Any, ckpt: Any,
+def _callbacks(cfg: TrialDoc, data: Any, hvd: Any, reporter: Any, ckpt: Any,
                model_costs: dict[str, float] | None = None) -> list[Any]:
     import horovod.tensorflow as htf  # the object collectives live here, not in .keras
 
@@ -36,7 +36,7 @@ def _callbacks(cfg: TrialConfig, data: Any, hvd: Any, reporter: Any, ckpt: Any,
             hvd.callbacks.MetricAverageCallback(), profiler, report]
 
 
-def _resume(cfg: TrialConfig, model: Any, hvd: Any, reporter: Any) -> int:
+def _resume(cfg: TrialDoc, model: Any, hvd: Any, reporter: Any) -> int:
     """Restore the newest checkpoint on every rank; returns the number of epochs already done.
 
     Rank 0 also clears what an earlier attempt left behind: its result.json, and the spooled
@@ -64,7 +64,7 @@ def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> t
     return tf_dataset(data.train, range(start, epochs), opts), val_ds
 
 
-def fit_and_finish(cfg: TrialConfig, plan: threads.ThreadPlan, data: Any, hvd: Any,
+def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
                    device: str, policy: str) -> int:
     model = build_model(cfg, data, hvd)
     model_costs = _costs(cfg, model, data) if hvd.rank() == 0 else {}
@@ -86,7 +86,7 @@ def fit_and_finish(cfg: TrialConfig, plan: threads.ThreadPlan, data: Any, hvd: A
     return 0
 
 
-def _finish(cfg: TrialConfig, model: Any, reporter: Any, report_cb: Any, plan: Any,
+def _finish(cfg: TrialDoc, model: Any, reporter: Any, report_cb: Any, plan: Any,
             device: str, policy: str, data: Any) -> None:
     out = cfg.output_dir
     reporter.close()
@@ -108,7 +108,7 @@ def _finish(cfg: TrialConfig, model: Any, reporter: Any, report_cb: Any, plan: A
              epochs_done, out)
 
 
-def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
+def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
     import tensorflow as tf
 
     threads.apply_tf(plan)

@@ -14,7 +14,7 @@ from payloads.runtime.errors import PayloadFailure
 from payloads.runtime.h5source import H5Source
 from payloads.runtime.reporter import HttpApi, Reporter
 from payloads.runtime.spool import Spool
-from payloads.runtime.trial import TrialConfig
+from payloads.runtime.trial import TrialDoc
 
 log = logging.getLogger("gridml.payload")
 
@@ -33,18 +33,18 @@ class Data:
         return next((ld.error for ld in self.loaders if ld.error is not None), None)
 
 
-def _features(cfg: TrialConfig) -> list[str]:
+def _features(cfg: TrialDoc) -> list[str]:
     return list(cfg.data.features)
 
 
-def _columns(cfg: TrialConfig) -> list[str]:
+def _columns(cfg: TrialDoc) -> list[str]:
     """HDF5 datasets with one row per event: regular features, labels, ragged lengths."""
     ragged = list(cfg.data.ragged)
     return ([f for f in _features(cfg) if f not in ragged] + [cfg.data.labels]
             + [f"{r}_lengths" for r in ragged])
 
 
-def _loader(src: H5Source, cfg: TrialConfig, shuffle: bool, **common: Any) -> Any:
+def _loader(src: H5Source, cfg: TrialDoc, shuffle: bool, **common: Any) -> Any:
     feats, label = _features(cfg), cfg.data.labels
     ragged = list(cfg.data.ragged)
     if not ragged:
@@ -64,7 +64,7 @@ def reader_processes(option: Any, plan: threads.ThreadPlan, device: str) -> int:
     return min(4, plan.per_rank - 1) if device.startswith("GPU") else 0
 
 
-def open_data(cfg: TrialConfig, rank: int, ranks: int, processes: int = 0) -> Data:
+def open_data(cfg: TrialDoc, rank: int, ranks: int, processes: int = 0) -> Data:
     t, opt = cfg.training, cfg.training.options
     train = H5Source(list(cfg.data.train), _columns(cfg))
     val = H5Source(list(cfg.data.validation), _columns(cfg)) if cfg.data.validation else None
@@ -89,7 +89,7 @@ def _input_shape(loader: inputs.ShardedLoader, feats: list[str]) -> Any:
     return shapes[0] if len(shapes) == 1 else tuple(shapes)
 
 
-def build_model(cfg: TrialConfig, data: Data, hvd: Any) -> Any:
+def build_model(cfg: TrialDoc, data: Data, hvd: Any) -> Any:
     feats, t = _features(cfg), cfg.training
     m = user_model.build(cfg.model_file, cfg.hparams, _input_shape(data.train, feats))
     head = data.train.src.head(t.options.adapt_samples)
@@ -104,6 +104,6 @@ def build_model(cfg: TrialConfig, data: Data, hvd: Any) -> Any:
     return m
 
 
-def make_reporter(cfg: TrialConfig) -> Reporter:
+def make_reporter(cfg: TrialDoc) -> Reporter:
     http = HttpApi(cfg.api.url, cfg.api.token, cfg.trial_id) if cfg.api else None
     return Reporter(Spool(cfg.output_dir / "metrics.jsonl"), http, cfg.heartbeat_s)

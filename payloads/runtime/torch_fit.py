@@ -27,7 +27,7 @@ import torch.distributed as dist
 from payloads.runtime import costs, gpu, outputs, profile, threads, torch_model
 from payloads.runtime.checkpoint import Checkpointer
 from payloads.runtime.session import Data, _input_shape, make_reporter, open_data, reader_processes
-from payloads.runtime.trial import TrialConfig
+from payloads.runtime.trial import TrialDoc
 
 log = logging.getLogger("gridml.payload")
 
@@ -181,7 +181,7 @@ def _number(v: Any) -> float | None:
 
 # ---- one trial ---------------------------------------------------------------------------------
 class Trainer:
-    def __init__(self, cfg: TrialConfig, plan: threads.ThreadPlan, data: Data, ranks: Dist,
+    def __init__(self, cfg: TrialDoc, plan: threads.ThreadPlan, data: Data, ranks: Dist,
                  device: torch.device) -> None:
         self.cfg, self.plan, self.data, self.ranks, self.device = cfg, plan, data, ranks, device
         t = cfg.training
@@ -398,7 +398,7 @@ def versions() -> dict[str, Any]:
             "host": socket.gethostname(), "platform": platform.platform()}
 
 
-def save_model_pt(model: torch.nn.Module, out: Path, cfg: TrialConfig, input_shape: Any) -> Path:
+def save_model_pt(model: torch.nn.Module, out: Path, cfg: TrialDoc, input_shape: Any) -> Path:
     """``model.pt``: the state dict and what rebuilds the model (``torch_model.rebuild``, or by
     hand: build_model(hparams, input_shape) from model_source.py, then load_state_dict)."""
     path, tmp = out / "model.pt", out / "model.pt.tmp"
@@ -440,7 +440,7 @@ def export_onnx(model: torch.nn.Module, path: Path, sample: tuple[np.ndarray, ..
     return {"written": True, **outputs.verify_onnx(path, dict(zip(features, sample)), expected)}
 
 
-def run(cfg: TrialConfig, plan: threads.ThreadPlan) -> int:
+def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
     pools = threads.apply_torch(plan)
     device = choose_device(cfg.gpus, threads.local_rank())
     ranks = Dist(device.type)

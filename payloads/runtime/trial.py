@@ -310,6 +310,3 @@ def _plain(obj: Any) -> Any:
         return str(obj)
     return obj
 
-
-# the name the runtime modules have used since version 1
-TrialConfig = TrialDoc
