@@ -22,15 +22,25 @@ from payloads.runtime import trial as contract
 
 OUTPUT_FILES = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
                 "model_source.py")
-# A grid job fails when a declared output is missing, so only files every trial writes are
-# declared: model.onnx is best-effort (an op the exporter lacks, no tf2onnx on the node) and is
-# left out on the grid; locally the controller uploads it by suffix.
 TORCH_OUTPUT_FILES = ("model.pt", *OUTPUT_FILES[1:])
+# Files a trial writes when it can: model.onnx is best-effort (an op the exporter lacks, no tf2onnx
+# on the node), the reason it is missing is in provenance.json (runtime.onnx). On the grid a
+# declared output that is missing fails the job, so these are declared as prun's --allowNoOutput
+# declares them (the output template flagged ``allowNoOutput``, plus runGen's ``--allowNoOutput=``):
+# JEDI marks their dataset, the dispatcher hands their names to the pilot, which stages out the
+# ones that exist and drops the others, and the server records those as ``nooutput``, the job
+# finished. Locally and on Slurm the controller uploads every output by suffix anyway.
+OPTIONAL_OUTPUT_FILES = ("model.onnx",)
 
 
 def output_files(framework: str) -> tuple[str, ...]:
-    """The files a grid job of ``framework`` declares as its outputs."""
-    return TORCH_OUTPUT_FILES if framework == "torch" else OUTPUT_FILES
+    """The files a grid job of ``framework`` declares as its outputs (the optional ones last)."""
+    return (TORCH_OUTPUT_FILES if framework == "torch" else OUTPUT_FILES) + OPTIONAL_OUTPUT_FILES
+
+
+def optional_output_files(framework: str) -> tuple[str, ...]:
+    """Those of :func:`output_files` a job of ``framework`` may leave unwritten and still succeed."""
+    return OPTIONAL_OUTPUT_FILES
 
 
 @dataclass(frozen=True)

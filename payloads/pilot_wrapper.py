@@ -15,8 +15,10 @@ This wrapper then
 2. checks every staged input against the size and adler32 the controller recorded;
 3. reports the GPUs the node gave (PanDA has no GPU count, see docs/grid.md);
 4. runs the payload's horovodrun line, its output in ``payload.log`` (which goes to the log tarball);
-5. moves the payload's outputs (model, plots, metrics.jsonl, provenance.json, result.json) into
-   the working directory, where runGen renames them and the pilot stages them out.
+5. moves the payload's outputs (model, plots, metrics.jsonl, provenance.json, result.json, and
+   model.onnx when the export worked) into the working directory, where runGen renames them and
+   the pilot stages them out (model.onnx is declared allowed-not-produced: a job without it still
+   finishes, see docs/grid.md).
 Exit status: the payload's (for torchrun, the failing rank's code from ``payload_exit_code``, as
 torchrun exits 1 whatever it was); 65 when an input is missing or corrupt, 64 for a bad command
 line.

@@ -5,12 +5,15 @@ prun names them), as ``user.<nick>.<jediTaskID>._<serial>.<file>``. When the tas
 :func:`collect_outputs` finds this task's files there through the data backend (local store or
 Rucio), downloads metrics.jsonl and result.json into ``<workdir>/outputs`` for the controller, and
 reports every stored file; :func:`log_tail` reads the job's log tarball for a failed trial.
+An optional output the job did not write (model.onnx after a failed export, its reason in
+provenance.json) has no file in its container and is simply not among them.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import tarfile
 import tempfile
 from pathlib import Path
@@ -20,6 +23,7 @@ from gridml.data.base import DataManager, FileInfo
 from gridml.errors import DataError, ExecutorError, NotFoundError
 from gridml.executors.panda_render import exec_string, output_items, panda_did, unpack_option
 
+log = logging.getLogger("gridml.executors.panda")
 FOR_CONTROLLER = ("metrics.jsonl", "result.json")  # what the controller reads from <workdir>/outputs
 
 
@@ -52,6 +56,9 @@ def collect_outputs(data: DataManager, params: dict[str, Any], task_id: int,
     for item in output_items(params):
         files = task_files(data, item["dataset"], item["value"], task_id)
         if not files:
+            if item.get("allowNoOutput"):
+                log.info("task %d: no %s (the job may leave it unwritten; provenance.json says why)",
+                         task_id, item["value"].rsplit("}.", 1)[-1])
             continue
         f = files[-1]
         stored.append({"did": str(f.did), "name": f.did.name, "bytes": f.bytes, "adler32": f.adler32})

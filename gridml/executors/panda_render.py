@@ -17,6 +17,13 @@ exec string ``python -m payloads.pilot_wrapper ...``. Where gridml differs from 
   and a one-job task has nothing to scout;
 * ``coreCount`` takes any number of cores (prun's ``--nCore`` offers only 1 or 8);
 * ``useLocalIO`` (prun's ``--forceStaged``): inputs are always copied into the job's directory.
+
+Outputs the payload writes only when it can (``model.onnx``, see :data:`gridml.planner.OPTIONAL_OUTPUT_FILES`)
+are declared as prun's ``--allowNoOutput`` declares them: the output template carries
+``allowNoOutput: True`` (JEDI flags the dataset, the pilot gets the file's name in the job's
+``allowNoOutput`` list and leaves it out of stage-out when it was not written, the server marks it
+``nooutput`` and the job stays finished) and runGen gets ``--allowNoOutput=<templates>``. A written
+``model.onnx`` is staged out and comes back like every other output.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from gridml.planner import OUTPUT_FILES, payload_command
+from gridml.planner import OPTIONAL_OUTPUT_FILES, output_files, payload_command
 
 LOG_EXCLUDE = r"\.log\.tgz(\.\d+)*$"  # prun never feeds log tarballs of the input datasets to jobs
 WRAPPER = "python -m payloads.pilot_wrapper"
@@ -58,7 +65,8 @@ class PandaTask:
     working_group: str | None = None
     vo: str = "atlas"
     rse: str | None = None  # destSE for the outputs
-    outputs: tuple[str, ...] = OUTPUT_FILES
+    outputs: tuple[str, ...] = output_files("keras")  # declared: runGen's -o map, one container each
+    optional: tuple[str, ...] = OPTIONAL_OUTPUT_FILES  # those of outputs a job may leave unwritten
     client_version: str = "2.2.0"
     source_url: str | None = None
     cli_params: str = "gridml submit"
@@ -198,9 +206,13 @@ def job_parameters(t: PandaTask, name: str) -> list[dict[str, Any]]:
                 "container": container, "hidden": True}
         if t.rse:
             item["destination"] = t.rse
+        if filename in t.optional:
+            item["allowNoOutput"] = True
         items.append(item)
         out_map[filename] = lfn
     items.append({"type": "constant", "value": f'-o "{out_map}"'})
+    if allowed := [out_map[f] for f in t.outputs if f in t.optional]:
+        items.append({"type": "constant", "value": f"--allowNoOutput={','.join(allowed)}"})
     items.append({"type": "template", "param_type": "input", "value": '-i "${IN/T}"',
                   "dataset": ",".join(t.train), "exclude": LOG_EXCLUDE, "expand": True})
     items += [{"type": "constant", "value": '-p "', "padding": False},

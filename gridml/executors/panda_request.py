@@ -17,7 +17,7 @@ from gridml import __version__
 from gridml.errors import ExecutorError
 from gridml.executors import panda_client as pc
 from gridml.executors.base import TaskRequest
-from gridml.planner import output_files
+from gridml.planner import optional_output_files, output_files
 from gridml.executors.panda_render import PandaTask, job_command, render_task_params
 from gridml.executors.panda_sandbox import Sandbox, sandbox_for
 
@@ -81,6 +81,7 @@ def task_from_request(req: TaskRequest, nickname: str, *, source_url: str | None
         site=site.get("site"), working_group=site.get("working_group"),
         vo=site.get("vo") or "atlas", rse=site.get("rse"), client_version=client_version,
         source_url=source_url, outputs=output_files(req.trial.training.framework),
+        optional=optional_output_files(req.trial.training.framework),
         cli_params=f"gridml {__version__} submit: study {req.study}, trial {req.trial_number}",
         sandbox=name)
 

@@ -81,6 +81,8 @@ def test_outputs_were_staged_out_by_the_pilot_and_recorded(campaign: dict[str, A
     for trial in c.store.list_trials(c.study.id):
         names = {o["name"].rsplit(".", 2)[-2] + "." + o["name"].rsplit(".", 1)[-1] for o in trial.outputs}
         assert {"model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json"} <= names
+        if _has("tf2onnx"):  # the export works for this model: the optional output came back too
+            assert "model.onnx" in names, names
         assert all(o["did"].startswith("user.jtester:user.jtester.") and o["bytes"] > 0 for o in trial.outputs)
         outputs = c.runs_dir / "grid" / f"trial-{trial.number:04d}" / "outputs"
         assert (outputs / "metrics.jsonl").is_file() and (outputs / "result.json").is_file()
@@ -102,3 +104,20 @@ def test_the_best_model_is_fetched_and_predicts(campaign: dict[str, Any]) -> Non
     proc = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True,
                           timeout=300, check=False)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+    if not _has("tf2onnx"):
+        return
+    onnx = next(p for p in dest.iterdir() if p.name.endswith(".model.onnx"))  # as locally
+    code = code.replace("m = tf.keras.models.load_model(sys.argv[1])", "import onnxruntime as ort; "
+                        "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])")
+    code = code.replace("m.predict(np.random.default_rng(0).normal(size=(5, 10)).astype('float32'), verbose=0)",
+                        "s.run(None, {s.get_inputs()[0].name: np.random.default_rng(0).normal("
+                        "size=(5, 10)).astype('float32')})[0]")
+    proc = subprocess.run([sys.executable, "-c", code, str(onnx)], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

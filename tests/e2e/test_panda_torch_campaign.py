@@ -3,8 +3,9 @@
 As tests/e2e/test_panda_campaign.py runs Keras: ``gridml submit`` in its own process with
 ``backend.executor: panda`` against the double, which plays JEDI and the pilot. Each job unpacks
 the sandbox, runs the pilot wrapper and then the job's torchrun line (torchrun from the node's
-PATH) around ``payloads.train_torch``; the outputs (model.pt, metrics, results) are staged out,
-fetched by the executor, and ``gridml fetch`` returns the best trial's model.pt, which rebuilds.
+PATH) around ``payloads.train_torch``; the outputs (model.pt, model.onnx, metrics, results) are
+staged out, fetched by the executor, and ``gridml fetch`` returns the best trial's model.pt, which
+rebuilds, and its model.onnx, which onnxruntime runs.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def test_outputs_came_back_and_the_best_model_rebuilds(campaign: dict[str, Any])
     for trial in c.store.list_trials(c.study.id):
         names = {o["name"].rsplit(".", 2)[-2] + "." + o["name"].rsplit(".", 1)[-1]
                  for o in trial.outputs}
-        assert {"model.pt", "metrics.jsonl", "provenance.json", "result.json"} <= names, names
+        assert {"model.pt", "model.onnx", "metrics.jsonl", "provenance.json", "result.json"} <= names, names
         assert "model.keras" not in names
     env = {"GRIDML_HOME": str(campaign["tmp"] / "home")}
     best = gridml_json("best", "gridtorch", env=env)
@@ -92,3 +93,9 @@ def test_outputs_came_back_and_the_best_model_rebuilds(campaign: dict[str, Any])
     proc = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True,
                           text=True, timeout=300, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    onnx = next(p for p in dest.iterdir() if p.name.endswith(".model.onnx"))  # as locally
+    code = ("import sys, onnxruntime as ort; s = ort.InferenceSession(sys.argv[1], "
+            "providers=['CPUExecutionProvider']); print(sorted(i.name for i in s.get_inputs()))")
+    proc = subprocess.run([sys.executable, "-c", code, str(onnx)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, check=False)
+    assert proc.returncode == 0 and "[" in proc.stdout, proc.stderr[-2000:]

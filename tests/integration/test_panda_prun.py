@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from gridml.executors.panda_render import PandaTask, exec_string, job_command, render_task_params
-from gridml.planner import OUTPUT_FILES
+from gridml.planner import OPTIONAL_OUTPUT_FILES, output_files
 
 pytestmark = [pytest.mark.slow]
 
 SERVER = "https://pandaserver.example.org:25443/server/panda"
-OUTPUTS = OUTPUT_FILES  # what gridml stages out
+OUTPUTS = output_files("keras")  # what gridml stages out
 GRIDML_ONLY = {"skipScout", "disableAutoRetry"}  # gridml's own choices (see panda_render)
 PRUN_ONLY = {"osInfo"}  # the submitting host's OS, informational
 DIFFERENT = {"cliParams"}  # the command line that made the task
@@ -54,7 +54,8 @@ def prun_params(tmp: Path, task: PandaTask) -> dict[str, object]:
             "--containerImage", str(task.container), "--architecture", "#&nvidia:vram>=16384",
             "--nCore", "8", "--memory", "2048", "--maxWalltime", "2", "--noBuild",
             "--site", str(task.site), "--destSE", str(task.rse), "--workingGroup", "phys-higgs",
-            "--nFiles", "2", "--nFilesPerJob", "2", "--forceStaged"]
+            "--nFiles", "2", "--nFilesPerJob", "2", "--forceStaged",
+            "--allowNoOutput", ",".join(OPTIONAL_OUTPUT_FILES)]
     code = ("import json, sys; from pandaclient import PrunScript; sys.argv = ['prun']; "
             "m = PrunScript.main(get_taskparams=True, dry_mode=True, ext_args=json.loads(sys.argv_json)); "
             "print('@@' + json.dumps(m))").replace("sys.argv_json", repr(json.dumps(args)))
@@ -89,3 +90,13 @@ def test_the_same_job_parameters_as_prun_with_the_sandbox(both: tuple[dict, dict
     theirs = [dict(p, value=f"-a {SANDBOX}") if p.get("value") == "-a None" else p
               for p in prun["jobParameters"]]
     assert ours["jobParameters"] == theirs
+
+
+def test_model_onnx_may_be_missing_as_with_prun_allow_no_output(both: tuple[dict, dict]) -> None:
+    """model.onnx is declared as ``prun --allowNoOutput model.onnx`` declares it: the template is
+    flagged and runGen gets the list; the files every trial writes are not flagged."""
+    ours, prun = both
+    for params in (ours, prun):
+        flagged = [p["value"] for p in params["jobParameters"] if p.get("allowNoOutput")]
+        assert flagged == ["user.dummy.$JEDITASKID._${SN/P}.model.onnx"], flagged
+        assert {"type": "constant", "value": f"--allowNoOutput={flagged[0]}"} in params["jobParameters"]

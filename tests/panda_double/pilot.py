@@ -5,6 +5,9 @@ command line (input and output templates, ``$JEDITASKID``, ``${SN/P}``, ``${SURL
 input files in from the data store into a fresh job directory, run the exec string there with the
 ``%IN``-style placeholders replaced by the staged file names, rename the outputs as runGen's ``-o``
 map says and stage them out into the task's output containers, and always stage out a log tarball.
+An output that was not written fails the job, unless it may be missing (prun's ``--allowNoOutput``):
+its template is flagged ``allowNoOutput`` (JEDI hands its name to the pilot, which leaves it out of
+stage-out; the server marks it ``nooutput``) and runGen's ``--allowNoOutput=`` lists it.
 The container image is not pulled: the job runs on the host, in the environment the test gives it
 (``env``: the virtualenv's bin first on PATH and the repository on PYTHONPATH stand in for it).
 """
@@ -43,6 +46,7 @@ class Job:
     exit_code: int | None = None
     diag: str = ""
     outputs: list[str] = field(default_factory=list)
+    no_output: list[str] = field(default_factory=list)  # allowed not to be produced, and not produced
     proc: subprocess.Popen[bytes] | None = None
     result: dict[str, Any] | None = None  # an HPO job's output.json (status, loss, message)
 
@@ -82,7 +86,11 @@ def parse_rungen(line: str) -> dict[str, str]:
     opts: dict[str, str] = {}
     i = 0
     while i < len(args):
-        if args[i].startswith("-") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+        if args[i].startswith("--") and "=" in args[i]:  # --allowNoOutput=a,b
+            key, _, value = args[i].partition("=")
+            opts[key] = value
+            i += 1
+        elif args[i].startswith("-") and i + 1 < len(args) and not args[i + 1].startswith("--"):
             opts[args[i]] = args[i + 1]
             i += 2
         else:
@@ -168,7 +176,7 @@ def run_hpo(params: dict[str, Any], job: Job, point: Any, data: Any, env: dict[s
         job.result = json.loads((job.workdir / opts.get("-o", "output.json")).read_text())
     except (OSError, ValueError):
         job.result = None
-    metrics = next((k.split("=", 1)[1] for k in opts if k.startswith("--outMetricsFile=")), "")
+    metrics = opts.get("--outMetricsFile", "")
     outputs = [p for p in params["jobParameters"] if p.get("param_type") == "output"]
     local = metrics.split("^", 1)[-1] if metrics else ""
     if local and outputs and (job.workdir / local).is_file() and job.status != "cancelled":
@@ -193,16 +201,22 @@ def _execute(command: str, job: Job, env: dict[str, str], timeout_s: float) -> i
 
 
 def stage_out(params: dict[str, Any], opts: dict[str, str], job: Job, data: Any) -> list[str]:
-    """Upload the renamed outputs into the task's output containers; the names not produced."""
+    """Upload the renamed outputs into the task's output containers; the names not produced
+    that were not allowed to be missing (both the template's ``allowNoOutput`` flag, which is what
+    the pilot gets, and runGen's ``--allowNoOutput=`` list)."""
     out_map = ast.literal_eval(opts.get("-o", "{}") or "{}")
     by_lfn = {expand(p["value"], job, params): p for p in params["jobParameters"]
               if p.get("param_type") == "output"}
+    rungen_allowed = set(opts.get("--allowNoOutput", "").split(","))  # expanded already
     missing = []
     for local, template in out_map.items():
         lfn = expand(template, job, params)
         src = job.workdir / local
         if not src.is_file():
-            missing.append(local)
+            if by_lfn[lfn].get("allowNoOutput") and lfn in rungen_allowed:
+                job.no_output.append(lfn)
+            else:
+                missing.append(local)
             continue
         _upload(data, src, lfn, by_lfn[lfn]["dataset"], job)
         job.outputs.append(lfn)

@@ -70,11 +70,28 @@ def test_names_follow_prun_conventions() -> None:
     assert p["taskName"] == "user.jdoe.higgs.trial-0003/" and p["uniqueTaskName"] is True
     assert p["log"]["dataset"] == "user.jdoe.higgs.trial-0003.log/"
     outs = {i["dataset"] for i in output_items(p)}
-    assert "user.jdoe.higgs.trial-0003_model.keras/" in outs and len(outs) == 6
+    assert "user.jdoe.higgs.trial-0003_model.keras/" in outs and len(outs) == 7
+    assert "user.jdoe.higgs.trial-0003_model.onnx/" in outs  # optional: see the next test
     assert "user.jdoe.higgs.trial-0003_model_source.py/" in outs  # the code that built the model
     assert p["useLocalIO"] == 1  # the wrapper checks the inputs copied into the job's directory
     assert all(i["value"].startswith("user.jdoe.$JEDITASKID._${SN/P}.") for i in output_items(p))
     assert task_name("jdoe", "higgs", 3, ".a2") == "user.jdoe.higgs.trial-0003.a2/"
+
+
+def test_only_model_onnx_may_be_missing_and_rungen_is_told_so() -> None:
+    from gridml.planner import optional_output_files, output_files
+
+    for framework in ("keras", "torch"):
+        assert "model.onnx" in output_files(framework)
+        assert optional_output_files(framework) == ("model.onnx",)
+    p = render_task_params(base_task(outputs=output_files("torch")))
+    flagged = {i["value"] for i in output_items(p) if i.get("allowNoOutput")}
+    assert flagged == {"user.jdoe.$JEDITASKID._${SN/P}.model.onnx"}
+    rungen = [i["value"] for i in p["jobParameters"] if str(i["value"]).startswith("--allowNoOutput")]
+    assert rungen == ["--allowNoOutput=user.jdoe.$JEDITASKID._${SN/P}.model.onnx"]
+    none = render_task_params(base_task(optional=()))  # nothing optional: every output required
+    assert not any(i.get("allowNoOutput") for i in output_items(none))
+    assert not any(str(i["value"]).startswith("--allowNoOutput") for i in none["jobParameters"])
 
 
 def test_resources_map_to_jedi_fields() -> None:
