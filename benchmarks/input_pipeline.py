@@ -13,7 +13,11 @@ gzip data; the torch path >= 0.5x raw on uncompressed data). Uncompressed data i
 ``preadv`` at the chunks' file offsets (payloads/runtime/chunkio.py): the row "raw preadv" is
 that copy alone, the row "every read through HDF5" the torch path without it. The row "tf.data
 alone" is the Keras path's ceiling: tf.data's per-batch cost over a slab already in memory. The file is
-read from the page cache (written just before); the file is deleted at the end.
+read from the page cache (written just before); the file is deleted at the end. The row
+"tf.data one element per slab" asks whether a slab-wise Keras ``train_step`` could lift that
+ceiling: one element per slab, its batches looped over in one ``tf.function``.
+``--only-torch`` (or no TensorFlow, as on a GPU node with its own PyTorch) leaves the
+TensorFlow rows out.
 The gridml loader is also run with 2 HDF5 reader processes (``training.reader_processes``,
 ``auto`` on GPU nodes): gzip decoding in parallel despite h5py's lock.
 Then, on the sample data, the loader's RAM cache: none vs raw vs blosc2-compressed.
@@ -42,8 +46,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from payloads.runtime.cache import BlockCache
 from payloads.runtime.h5source import H5Source
 from payloads.runtime.inputs import ShardedLoader
+from payloads.runtime.session import gather_threads
+from payloads.runtime.threads import plan_threads
+
 
 COLS, CHUNK, BATCH = 64, 8192, 256
+CORES = 2  # the trial's cores: the loader's gather threads are sized from them, as a payload does
+GATHER = gather_threads(plan_threads(CORES, 1))
+CORES = 2  # the trial's cores: the loader's gather threads are sized from them as in a payload
 
 
 def make_file(path: Path, size_gb: float, compression: str | None) -> int:
@@ -110,6 +120,39 @@ def tf_ceiling(rows: int) -> tuple[int, float]:
     return n, time.perf_counter() - t0
 
 
+def tf_slab_ceiling(rows: int) -> tuple[int, float]:
+    """Whether the Keras path could reach more through tf.data: one dataset element per slab
+    (no per-batch tf.data work), its batches looped over inside one ``tf.function``, as a
+    slab-wise ``train_step`` would (each batch here does trivial work). What is left is the
+    in-graph loop's per-batch cost."""
+    import tensorflow as tf
+
+    k = 8 * CHUNK // BATCH
+    x = np.random.default_rng(0).standard_normal((k, BATCH, COLS), dtype=np.float32)
+    y = np.zeros((k, BATCH), np.float32)
+    slabs = max(1, rows // (k * BATCH))
+
+    def gen():
+        for _ in range(slabs):
+            yield x, y
+
+    sig = (tf.TensorSpec((None, BATCH, COLS), tf.float32), tf.TensorSpec((None, BATCH), tf.float32))
+    ds = tf.data.Dataset.from_generator(gen, output_signature=sig).prefetch(2)
+
+    @tf.function
+    def steps(a, b):
+        c = tf.constant(0, tf.int64)
+        for i in tf.range(tf.shape(b)[0]):
+            c += tf.shape(b[i], out_type=tf.int64)[0] + tf.cast(tf.reduce_sum(a[i][:1]) * 0, tf.int64)
+        return c
+
+    steps(x[:1], y[:1])  # traced before the clock
+    t0, n = time.perf_counter(), 0
+    for a, b in ds:
+        n += int(steps(a, b))
+    return n, time.perf_counter() - t0
+
+
 def raw(path: Path) -> tuple[int, float]:
     t0, n = time.perf_counter(), 0
     with h5py.File(path, "r") as f:
@@ -139,7 +182,7 @@ def gridml(path: Path, via_tf: bool, processes: int = 0) -> tuple[int, float, fl
 
     def make() -> ShardedLoader:
         return ShardedLoader(src, ["x"], "y", batch=BATCH, seed=1, window=8, prefetch=8,
-                             cache=BlockCache(0), processes=processes)
+                             cache=BlockCache(0), processes=processes, gather_threads=GATHER)
 
     if via_tf:
         warm = make()
@@ -172,7 +215,7 @@ def gridml_torch(path: Path, direct: bool = True) -> tuple[int, float, float]:
 
     src = H5Source([str(path)], ["x", "y"], direct=direct)
     loader = ShardedLoader(src, ["x"], "y", batch=BATCH, seed=1, window=8, prefetch=8,
-                           cache=BlockCache(0))
+                           cache=BlockCache(0), gather_threads=GATHER)
     per, n = loader.rows_per_epoch, 0
     marks = [time.perf_counter()]
     for _x, y in batches(loader, [0, 1], torch.device("cpu")):
@@ -255,7 +298,8 @@ def naive(path: Path, seconds: float) -> tuple[int, float]:
     return n, dt
 
 
-def run(compression: str | None, size_gb: float, naive_s: float, repeat: int) -> None:
+def run(compression: str | None, size_gb: float, naive_s: float, repeat: int,
+        only_torch: bool = False) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gridml-bench-"))
     try:
         path = tmp / "big.h5"
@@ -270,7 +314,7 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int) ->
         def rec(key: str, n: int, dt: float) -> None:
             runs.setdefault(key, []).append(n / dt)
 
-        torch = _has_torch()
+        torch, tf = _has("torch"), _has("tensorflow") and not only_torch
         raw(path)  # not timed: the file was just written (its pages may still be written back)
         load0 = os.getloadavg()[0]
         for _ in range(repeat):  # interleaved, median of `repeat`: the machine is shared
@@ -278,11 +322,13 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int) ->
             rec("raw_preadv", *raw_preadv(path))
             n, dt, _w = gridml(path, False)
             rec("gridml", n, dt)
-            n, dt, _w = gridml(path, True)
-            rec("gridml_tf", n, dt)
-            rec("tf_ceiling", *tf_ceiling(rows))
-            n, dt, _w = gridml(path, True, processes=2)
-            rec("gridml_procs", n, dt)
+            if tf:
+                n, dt, _w = gridml(path, True)
+                rec("gridml_tf", n, dt)
+                rec("tf_ceiling", *tf_ceiling(rows))
+                rec("tf_slab_ceiling", *tf_slab_ceiling(rows))
+                n, dt, _w = gridml(path, True, processes=2)
+                rec("gridml_procs", n, dt)
             if torch:
                 t = torch_pass(path)
                 n, first, second = t["direct"]
@@ -299,9 +345,10 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int) ->
             ratios = [g / r for g, r in zip(runs.get(key, []), runs["raw"])]
             if ratios:
                 print(f"  {key} / raw per pass: " + ", ".join(f"{x:.2f}x" for x in ratios))
-        n, dt = naive(path, naive_s)
-        res["naive"] = n / dt
-        if _has_torch():
+        if tf:
+            n, dt = naive(path, naive_s)
+            res["naive"] = n / dt
+        if torch:
             n, dt = naive_torch(path, naive_s)
             res["naive_torch"] = n / dt
         _print(res)
@@ -338,20 +385,23 @@ def cache_modes(rows: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _has_torch() -> bool:
-    """Without importing it here (the torch rows run in their own interpreter)."""
+def _has(module: str) -> bool:
+    """Without importing it here (the torch rows run in their own interpreter; a GPU node's
+    PyTorch environment has no TensorFlow: its rows are left out)."""
     import importlib.util
 
-    return importlib.util.find_spec("torch") is not None
+    return importlib.util.find_spec(module) is not None
 
 
 def _print(r: dict[str, float]) -> None:
+    naive = r.get("naive") or r.get("naive_torch") or 0.0
     print("| reader | samples/s | vs raw | vs naive |\n|---|---|---|---|")
     for k, label in (("raw", "raw sequential whole chunks (h5py)"),
                      ("raw_preadv", "raw whole chunks as bytes (preadv, unfiltered data only)"),
                      ("gridml", "gridml loader, shuffled epoch (numpy batches)"),
                      ("gridml_tf", "gridml loader, shuffled epoch, through tf.data"),
                      ("tf_ceiling", "tf.data alone over an in-memory slab (no reading)"),
+                     ("tf_slab_ceiling", "tf.data one element per slab, batches looped in-graph"),
                      ("gridml_procs", "same, HDF5 decoded by 2 reader processes"),
                      ("gridml_torch", "gridml loader, shuffled epoch, as torch tensors"),
                      ("gridml_torch_2", "same, the second epoch of the stream (steady state)"),
@@ -361,8 +411,8 @@ def _print(r: dict[str, float]) -> None:
         if k not in r:
             continue
         if r[k] > 0:
-            print(f"| {label} | {r[k]:,.0f} | {r[k] / r['raw']:.2f}x | "
-                  f"{r[k] / r['naive']:,.1f}x |")
+            vs_naive = f"{r[k] / naive:,.1f}x" if naive else "-"
+            print(f"| {label} | {r[k]:,.0f} | {r[k] / r['raw']:.2f}x | {vs_naive} |")
 
 
 def main() -> int:
@@ -371,12 +421,14 @@ def main() -> int:
     p.add_argument("--compression", choices=["none", "gzip", "both"], default="both")
     p.add_argument("--naive-seconds", type=float, default=10.0)
     p.add_argument("--repeat", type=int, default=3, help="median of N interleaved passes")
+    p.add_argument("--only-torch", action="store_true",
+                   help="leave out the TensorFlow rows (also when TensorFlow is not installed)")
     p.add_argument("--cache-rows", type=int, default=2_000_000,
                    help="rows of sample data for the RAM cache comparison (0: skip)")
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     for c in (["none", "gzip"] if a.compression == "both" else [a.compression]):
-        run(None if c == "none" else c, a.size_gb, a.naive_seconds, a.repeat)
+        run(None if c == "none" else c, a.size_gb, a.naive_seconds, a.repeat, a.only_torch)
     if a.cache_rows:
         cache_modes(a.cache_rows)
     return 0

@@ -8,7 +8,8 @@ from typing import Any
 
 from payloads.runtime import callbacks as cbs, costs, gpu, outputs, threads
 from payloads.runtime.checkpoint import Checkpointer
-from payloads.runtime.session import build_model, make_reporter, open_data, reader_processes
+from payloads.runtime.session import (build_model, gather_threads, make_reporter, open_data,
+                                      reader_processes)
 from payloads.runtime.trial import TrialDoc
 
 log = logging.getLogger("gridml.payload")
@@ -125,7 +126,7 @@ def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
                  "processes per rank %d", cfg.study, cfg.trial_number, hvd.size(), device,
                  policy, plan.as_dict(), procs)
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
-    data = open_data(cfg, hvd.rank(), hvd.size(), procs)
+    data = open_data(cfg, hvd.rank(), hvd.size(), procs, gather_threads(plan))
     try:
         return fit_and_finish(cfg, plan, data, hvd, device, policy)
     except Exception:

@@ -8,7 +8,11 @@ Three stages, bounded queues between them:
    draws the window's row permutation;
 2. shuffle thread: gathers the window's rows in that order (``np.take``, which releases the
    GIL) into a new array, or with ``slabs(reuse=True)`` into a recycled buffer, and cuts the
-   result into *slabs* of k batches (views: ``(k, batch, ...)``);
+   result into *slabs* of k batches (views: ``(k, batch, ...)``). The random gather is the
+   pipeline's most expensive step (~40-50 ns a 256-byte row, whatever the access pattern), so
+   with ``gather_threads`` > 1 each window's gather is split by rows over that many threads;
+   the buffers are allocated pre-faulted (``MAP_POPULATE``: a first touch fault costs ~6 us a
+   page in a VM, a quarter of a second for a trial's buffers);
 3. consumer (training): takes slabs; the time it is blocked there is the input wait.
 
 Unfiltered data is read with ``preadv`` (:mod:`payloads.runtime.chunkio`), which releases the
@@ -18,9 +22,11 @@ GIL; other data through h5py, which holds its lock (and the GIL) while it reads 
 from __future__ import annotations
 
 import collections
+import mmap
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from collections.abc import Callable, Generator, Iterable, Iterator
 
@@ -46,7 +52,7 @@ class ShardedLoader:
     def __init__(self, source: H5Source, features: list[str], labels: str, *, batch: int,
                  rank: int = 0, ranks: int = 1, seed: int = 0, shuffle: bool = True,
                  window: int = 8, prefetch: int = 4, cache: BlockCache | None = None,
-                 processes: int = 0) -> None:
+                 processes: int = 0, gather_threads: int = 1) -> None:
         self.src, self.features, self.labels = source, list(features), labels
         self.names = self.features + [labels]
         self.batch, self.rank, self.ranks, self.seed = int(batch), rank, ranks, seed
@@ -55,6 +61,8 @@ class ShardedLoader:
         self._pos: dict[int, dict[int, int]] = {}
         self.processes = int(processes)   # HDF5 reader processes (0: read in a thread)
         self._reader: Any = None
+        self.gather_threads = max(1, int(gather_threads))  # threads that gather one window
+        self._pool: ThreadPoolExecutor | None = None
         self._requested: set[int] = set()
         self._decoded: Iterator[Arrays] = iter(())
         self._block_bytes = source.block_rows * sum(
@@ -80,8 +88,11 @@ class ShardedLoader:
         return plan.rank_pieces(self.src.blocks, order, self.rank, self.ranks)
 
     # --- stage 1: read windows ------------------------------------------------------------
-    def _new_buffer(self, alloc: Callable[..., np.ndarray] = np.empty) -> Arrays:
-        rows = self.window * self.src.block_rows
+    def _new_buffer(self, alloc: Callable[..., np.ndarray] | None = None,
+                    rows: int | None = None) -> Arrays:
+        """One array per column of ``rows`` rows (default: a window's)."""
+        rows = rows or self.window * self.src.block_rows
+        alloc = alloc or prefaulted
         return {n: alloc((rows, *self.src.row_shapes[n]), self.src.dtypes[n])
                 for n in self.names}
 
@@ -163,64 +174,90 @@ class ShardedLoader:
                     return
 
     def close(self) -> None:
-        """Stop the reader processes, if any."""
+        """Stop the reader processes and the gather threads, if any."""
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     # --- stage 2: shuffle and cut -----------------------------------------------------------
+    def _slab_rows(self) -> int:
+        """Rows gathered into one output slab: whole batches, about ``_SLAB_BYTES`` (not a whole
+        window: the recycled slab buffers stay few and small, the first touch of fresh memory
+        is costly, and the consumer reads a slab while it is still in cache)."""
+        row = self._block_bytes // max(1, self.src.block_rows)
+        k = max(1, _SLAB_BYTES // max(1, row * self.batch))
+        return min(k * self.batch, max(self.batch, -(-self.window * self.src.block_rows
+                                                      // self.batch) * self.batch))
+
     def _shuffle_stage(self, windows: queue.Queue, free: queue.Queue, out: queue.Queue) -> None:
-        carry: Arrays | None = None
+        """Each window's rows, in its permutation's order, are gathered slab by slab into
+        buffers of :meth:`_slab_rows` rows (the recycled ones with ``slabs(reuse=True)``); the
+        rows left over at a window's end (< one batch) open the next window's first slab."""
+        carry: Arrays | None = None  # an owned copy of < batch rows
         epoch_now = None
+        size = self._slab_rows()
         while (item := self._get(windows)) is not None and item is not _END:
             if isinstance(item, _Failed):  # the reader failed: pass it on, stop
                 self._put(out, item)
                 return
-            epoch, w, buf, n, perm = item
+            epoch, _w, buf, n, perm = item
             if epoch != epoch_now and carry is not None:  # the last partial batch of an epoch
-                if len(carry[self.labels]) and not self._put(out, _slab1(carry)):
+                if not self._put(out, _slab1(carry)):
                     return
                 carry = None
             epoch_now = epoch
-            dest = None
-            if self._outs is not None:  # gather into a recycled buffer: no allocation, no faults
-                dest = self._get(self._outs)
-                if dest is None:
+            at = 0
+            while at < n:
+                c = 0 if carry is None else len(carry[self.labels])
+                take = min(n - at, size - c)
+                dest = self._get(self._outs) if self._outs is not None else None
+                if self._outs is not None and dest is None:
                     return
-            rows = {k: _gather(a[:n], perm, None if dest is None else dest[k][:n])
-                    for k, a in buf.items()}
+                rows: Arrays = {}
+                for k, a in buf.items():
+                    d = (dest[k] if dest is not None
+                         else np.empty((c + take, *a.shape[1:]), a.dtype))[:c + take]
+                    if carry is not None:
+                        d[:c] = carry[k]
+                    idx = None if perm is None else perm[at:at + take]
+                    self._gather(a[:n] if idx is not None else a[at:at + take], idx, d[c:])
+                    rows[k] = d
+                at += take
+                full = (c + take) // self.batch * self.batch
+                carry = {k: a[full:].copy() for k, a in rows.items()} if full < c + take else None
+                if not full:  # nothing of this buffer goes out
+                    if dest is not None and self._outs is not None:
+                        self._outs.put(dest)
+                    continue
+                slab = {k: a[:full].reshape(full // self.batch, self.batch, *a.shape[1:])
+                        for k, a in rows.items()}
+                if not self._put(out, slab if dest is None else _Owned(slab, dest)):
+                    return
             free.put(buf)
-            carry, slabs, view = self._cut(carry, rows)
-            if dest is not None and self._outs is not None:
-                carry = {k: a.copy() for k, a in carry.items()} if carry is not None else None
-                if view:  # the consumer gives the buffer back two owned slabs later
-                    slabs[-1] = _Owned(slabs[-1], dest)
-                else:  # nothing of this buffer went out
-                    self._outs.put(dest)
-            for s in slabs:
-                if not self._put(out, s):
-                    return
-        if carry is not None and len(carry[self.labels]):
+        if carry is not None:
             self._put(out, _slab1(carry))
 
-    def _cut(self, carry: Arrays | None,
-             rows: Arrays) -> tuple[Arrays | None, list[Any], bool]:
-        """Full batches from ``carry`` + ``rows`` as slabs (k, batch, ...), the rest, and
-        whether the last slab is a view of ``rows`` (else every slab is a new array)."""
-        out: list[Any] = []
-        start, b = 0, self.batch
-        total = len(rows[self.labels])
-        if carry is not None and len(carry[self.labels]):
-            need = b - len(carry[self.labels])
-            if total < need:
-                return {k: np.concatenate([carry[k], a]) for k, a in rows.items()}, out, False
-            out.append({k: np.concatenate([carry[k], a[:need]])[None] for k, a in rows.items()})
-            start = need
-        k_full = (total - start) // b
-        end = start + k_full * b
-        if k_full:
-            out.append({k: a[start:end].reshape(k_full, b, *a.shape[1:]) for k, a in rows.items()})
-        return {k: a[end:] for k, a in rows.items()}, out, bool(k_full)
+    def _gather(self, a: np.ndarray, perm: np.ndarray | None,
+                out: np.ndarray | None) -> np.ndarray:
+        """:func:`_gather`, split by rows over ``gather_threads`` threads (this one and a pool)
+        when the rows are enough to pay for the hand-off (np.take releases the GIL)."""
+        parts = self.gather_threads
+        if parts == 1 or perm is None or len(perm) * a[:1].nbytes < _SPLIT_BYTES:
+            return _gather(a, perm, out)
+        if out is None:
+            out = np.empty((len(perm), *a.shape[1:]), a.dtype)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(parts - 1, thread_name_prefix=f"gridml-gather-r{self.rank}")
+        edges = np.linspace(0, len(perm), parts + 1).astype(int)
+        jobs = [self._pool.submit(_gather, a, perm[lo:hi], out[lo:hi])
+                for lo, hi in zip(edges[1:-1], edges[2:])]
+        _gather(a, perm[:edges[1]], out[:edges[1]])
+        for j in jobs:
+            j.result()
+        return out
 
     # --- plumbing ---------------------------------------------------------------------------
     def _put(self, q: queue.Queue, item: Any) -> bool:
@@ -250,7 +287,7 @@ class ShardedLoader:
 
     def _queue_depth(self) -> int:
         """Slabs in flight: at least ``prefetch`` batches ahead, never fewer than 2 slabs."""
-        per_slab = max(1, self.window * self.src.block_rows // self.batch)
+        per_slab = max(1, self._slab_rows() // self.batch)
         return max(2, -(-self.prefetch // per_slab))
 
     def _start(self, epochs: list[int], reuse: bool,
@@ -264,7 +301,7 @@ class ShardedLoader:
         if reuse:  # queued slabs + the two the consumer may still use + the one being filled
             self._outs = queue.Queue()
             for _ in range(self._queue_depth() + _HELD + 1):
-                self._outs.put(self._new_buffer(alloc or np.empty))
+                self._outs.put(self._new_buffer(alloc, self._slab_rows()))
         stages = [(self._read_stage, windows, (epochs, free, windows)),
                   (self._shuffle_stage, slabs, (windows, free, slabs))]
         threads = [threading.Thread(target=self._guard, args=(fn, out, *args), daemon=True,
@@ -338,6 +375,27 @@ class _Owned:
 
     def __init__(self, slab: Arrays, buf: Arrays) -> None:
         self.slab, self.buf = slab, buf
+
+
+_SPLIT_BYTES = 1 << 20  # smaller gathers are done by one thread
+_SLAB_BYTES = 4 << 20   # about this much of a window is gathered into one output slab
+
+
+def prefaulted(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """``np.empty`` whose pages are mapped at once (``MAP_POPULATE``, Linux): the loader's
+    buffers are touched row by row in random order, and each first-touch page fault costs
+    microseconds (more in a VM); the kernel maps them in bulk several times faster. Elsewhere,
+    or for small buffers, plain ``np.empty``."""
+    dt = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    flags = getattr(mmap, "MAP_POPULATE", 0)
+    if size < _SPLIT_BYTES or not flags:
+        return np.empty(shape, dt)
+    try:
+        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flags)
+    except (OSError, ValueError):
+        return np.empty(shape, dt)
+    return np.frombuffer(m, dt).reshape(shape)  # the array keeps the mapping alive
 
 
 def _gather(a: np.ndarray, perm: np.ndarray | None, out: np.ndarray | None) -> np.ndarray:

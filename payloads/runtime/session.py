@@ -64,7 +64,16 @@ def reader_processes(option: Any, plan: threads.ThreadPlan, device: str) -> int:
     return min(4, plan.per_rank - 1) if device.startswith("GPU") else 0
 
 
-def open_data(cfg: TrialDoc, rank: int, ranks: int, processes: int = 0) -> Data:
+def gather_threads(plan: threads.ThreadPlan) -> int:
+    """Threads that gather each slab of a shuffle window (the loader's costliest step): one on
+    a rank with up to 2 cores (there the reader thread and training use the other; a second
+    gather thread measured slower on the 2-core machine), else up to a quarter of the rank's
+    cores, at most 4 (a GPU node's spare cores)."""
+    return 1 if plan.per_rank <= 2 else max(1, min(4, plan.per_rank // 4))
+
+
+def open_data(cfg: TrialDoc, rank: int, ranks: int, processes: int = 0,
+              gather: int = 1) -> Data:
     t, opt = cfg.training, cfg.training.options
     train = H5Source(list(cfg.data.train), _columns(cfg))
     val = H5Source(list(cfg.data.validation), _columns(cfg)) if cfg.data.validation else None
@@ -74,7 +83,8 @@ def open_data(cfg: TrialDoc, rank: int, ranks: int, processes: int = 0) -> Data:
     mode = choose_compression(opt.cache_compression, first, raw, budget)
     cache = BlockCache(budget, mode)
     common = dict(batch=t.batch_size, rank=rank, ranks=ranks, seed=cfg.seed,
-                  window=opt.shuffle_buffer_chunks, prefetch=opt.prefetch_batches, cache=cache)
+                  window=opt.shuffle_buffer_chunks, prefetch=opt.prefetch_batches, cache=cache,
+                  gather_threads=gather)
     tl = _loader(train, cfg, True, processes=processes, **common)
     vl = _loader(val, cfg, False, **common) if val else None
     if tl.steps_per_epoch == 0:

@@ -26,7 +26,8 @@ import torch.distributed as dist
 
 from payloads.runtime import costs, gpu, outputs, profile, threads, torch_model
 from payloads.runtime.checkpoint import Checkpointer
-from payloads.runtime.session import Data, _input_shape, make_reporter, open_data, reader_processes
+from payloads.runtime.session import (Data, _input_shape, gather_threads, make_reporter, open_data,
+                                      reader_processes)
 from payloads.runtime.trial import TrialDoc
 
 log = logging.getLogger("gridml.payload")
@@ -451,7 +452,7 @@ def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
                  "reader processes per rank %d", cfg.study, cfg.trial_number, torch.__version__,
                  ranks.size, device, plan.as_dict(), pools, procs)
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
-    data = open_data(cfg, ranks.rank, ranks.size, procs)
+    data = open_data(cfg, ranks.rank, ranks.size, procs, gather_threads(plan))
     try:
         trainer = Trainer(cfg, plan, data, ranks, device)
         trainer.fit()
