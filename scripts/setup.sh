@@ -42,10 +42,11 @@ exec 9>"$root/.lock-$key"
 flock 9   # one build per key at a time; a second setup waits and then reuses it
 if [ ! -f "$env/.complete" ]; then build; else log "reusing environment $env"; fi
 ln -sfn "$env" .venv
-# Light packages: every requirements/*.txt but the two above and torch.txt (below): extras, bench,
-# checks, ... layered
-# on top and re-applied (incrementally, by pip) whenever one of them changes.
-light=$(ls requirements/*.txt | grep -v -e '/base.txt$' -e '/horovod.txt$' -e '/torch.txt$')
+# Light packages: every requirements/*.txt but the two above, torch.txt and numpy2.txt (below):
+# extras, bench, checks, ... layered on top and re-applied (incrementally, by pip) whenever one
+# of them changes.
+light=$(ls requirements/*.txt | grep -v -e '/base.txt$' -e '/horovod.txt$' -e '/torch.txt$' \
+  -e '/numpy2.txt$')
 extras_key="$(cat $light | sha256sum | cut -c1-16)"
 if [ ! -f "$env/.extras-$extras_key" ]; then
   log "installing $(echo $light | tr '\n' ' ')"
@@ -64,6 +65,26 @@ if [ -z "${GRIDML_NO_TORCH:-}" ] && [ ! -f "$env/.torch-$torch_key" ]; then
     -c <(grep -E '^(numpy|tensorflow-cpu|h5py)' requirements/base.txt)
   rm -f "$env"/.torch-*; touch "$env/.torch-$torch_key"
 fi
+# The numpy-2 layer (requirements/numpy2.txt): a venv of its own beside the environment, holding
+# numpy 2.x and h5py only; a .pth line appends the environment's site-packages after its own, so
+# torch, pytest, ... are importable without a second copy (torch 2.13 runs with numpy 1.x and 2.x)
+# while its numpy 2 wins. Named by that file, the recipe and the environment it extends; reused
+# when built (a file check), ~6 s and ~90 MB when not. `.venv-numpy2` in the clone links to it;
+# tests/integration/test_numpy2_torch.py runs the PyTorch payload with its python.
+np2_key="$( { echo "recipe=1"; echo "$env"; cat requirements/numpy2.txt; } | sha256sum | cut -c1-16)"
+np2="$root/numpy2-$np2_key"
+if [ ! -f "$np2/.complete" ]; then
+  log "building the numpy-2 layer $np2 (requirements/numpy2.txt; seconds)"
+  rm -rf "$np2"
+  "$env/bin/python" -m venv --without-pip "$np2"   # the environment's base interpreter
+  "$env/bin/python" -m pip --python "$np2/bin/python" install -q -r requirements/numpy2.txt
+  site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+  site_of "$env/bin/python" > "$(site_of "$np2/bin/python")/gridml-main-env.pth"
+  "$np2/bin/python" -c 'import numpy, h5py; assert int(numpy.__version__.split(".")[0]) >= 2, numpy.__file__' \
+    || { log "the numpy-2 layer does not import numpy 2 first"; exit 1; }
+  touch "$np2/.complete"
+fi
+ln -sfn "$np2" .venv-numpy2
 # gridml itself: editable, pointing at this clone (cheap; reruns re-point it to the newest clone).
 "$env/bin/python" -m pip install -q --no-deps --no-build-isolation -e . >&2
 log "ready: $env"
