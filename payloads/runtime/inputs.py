@@ -293,7 +293,7 @@ class ShardedLoader:
     def _start(self, epochs: list[int], reuse: bool,
                alloc: Callable[..., np.ndarray] | None) -> tuple[queue.Queue, list[threading.Thread]]:
         free: queue.Queue = queue.Queue()
-        for _ in range(3):
+        for _ in range(_WINDOW_BUFFERS):
             free.put(self._new_buffer())
         windows: queue.Queue = queue.Queue(maxsize=2)
         slabs: queue.Queue = queue.Queue(maxsize=self._queue_depth())
@@ -377,6 +377,7 @@ class _Owned:
         self.slab, self.buf = slab, buf
 
 
+_WINDOW_BUFFERS = 3
 _SPLIT_BYTES = 1 << 20  # smaller gathers are done by one thread
 _SLAB_BYTES = 4 << 20   # about this much of a window is gathered into one output slab
 
