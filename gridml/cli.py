@@ -344,7 +344,23 @@ def fetch(study: str = typer.Argument(..., help="study name or id"),
     for t in chosen:
         for o in t["outputs"]:
             for path in dm.download(o["did"], output):
-                out.print(f"{o['did']} -> {path}")
+                for got in _unpacked(doc["study"]["name"], t, Path(path)):
+                    out.print(f"{o['did']} -> {got}")
+
+
+def _unpacked(study: str, trial: dict[str, Any], path: Path) -> list[Path]:
+    """A phpo trial's one stored output is its evaluation tarball (model, metrics, plots,
+    provenance: gridml.executors.phpo_outputs): unpacked as a local trial's outputs are named,
+    ``<study>.trial-NNNN.<file>``, each file checked, and the tarball removed. Anything else as is."""
+    from gridml.executors import phpo_outputs
+    from gridml.planner import output_name
+
+    if trial.get("source") != "phpo" or not phpo_outputs.is_evaluation_tarball(path):
+        return [path]
+    files = phpo_outputs.unpack(path, path.parent,
+                                lambda member: output_name(study, int(trial["number"]), member))
+    path.unlink()
+    return files
 
 
 @app.command()

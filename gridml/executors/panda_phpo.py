@@ -20,10 +20,11 @@ an executor's ``follow`` instead of asking its searcher). The first cycle submit
 so a restarted controller follows the same task and never submits a second one (a resubmission the
 journal missed is PanDA's "duplicate task" answer, followed too). Every cycle then reads the
 evaluation jobs' metrics tarballs in the task's output dataset: each becomes a trial of the study
-(its point and outcome from ``evaluation.json``, its epochs from ``metrics.jsonl``, the tarball as
-its stored output), or completes the trial ``gridml evaluate --server`` already made there. The
-campaign ends when the task ends. Ctrl-C leaves the task running at PanDA: ``gridml resume``
-follows it again.
+(its point and outcome from ``evaluation.json``, its epochs from ``metrics.jsonl``, the tarball,
+which also holds the trained model, as its stored output: ``gridml fetch`` unpacks it, see
+:mod:`gridml.executors.phpo_outputs`), or completes the trial ``gridml evaluate --server`` already
+made there. The campaign ends when the task ends. Ctrl-C leaves the task running at PanDA:
+``gridml resume`` follows it again.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import os
 import shlex
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -48,6 +48,7 @@ from gridml.data.base import DataManager, FileInfo
 from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFoundError
 from gridml.executors import panda_client as pc
 from gridml.executors import panda_journal as journal
+from gridml.executors import phpo_outputs
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.panda_outputs import task_files
 from gridml.executors.panda_render import architecture, output_items, task_name
@@ -158,7 +159,7 @@ def submit_study(req: TaskRequest) -> tuple[int, dict[str, Any]]:
 
 
 # ---- following the task --------------------------------------------------------------------------
-EVALUATION = "evaluation.json"  # what gridml evaluate packs into the metrics tarball
+EVALUATION = phpo_outputs.EVALUATION  # what gridml evaluate packs into the tarball first
 OVER = ("done", "finished", "failed", "broken", "aborted", "exhausted")
 REGISTER_GRACE_S = 3600.0  # a new task is in DEFT's table only, unknown to JEDI, this long at most
 
@@ -255,9 +256,9 @@ class PhpoExecutor:
         ``gridml evaluate --server`` made), with its epochs, objective and stored output."""
         store, study, search = campaign.store, campaign.study, campaign.spec.search
         folder.mkdir(parents=True, exist_ok=True)
-        for path in self._data_for().download(str(f.did), folder):
-            with tarfile.open(path) as tar:
-                tar.extractall(folder, filter="data")
+        with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".fetch-") as tmp:
+            for path in self._data_for().download(str(f.did), Path(tmp)):
+                phpo_outputs.read_records(Path(path), folder)  # the model stays in the store
         try:
             ev = json.loads((folder / EVALUATION).read_text())
         except (OSError, ValueError):

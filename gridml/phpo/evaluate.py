@@ -12,14 +12,16 @@ and ``gridml_trial.json``: the trial document the phpo executor planned for the 
 block, data layout, input checksums, the resolved spec). This command puts the point and the
 staged files into it and runs the framework's own payload command (horovodrun / torchrun: thread
 plan, input pipeline, checkpoint, spool), with as many ranks as the spec asks and the job's cores
-allow. ``--evaluationMetrics`` gets metrics.jsonl, curves.png, provenance.json, result.json and the
-payload log as a tarball. With ``--server``/``--token`` (or ``GRIDML_SERVER``/``GRIDML_TOKEN``) the
-point becomes a trial of the study on that ``gridml serve`` and reports every epoch like any.
+allow. ``--evaluationMetrics`` gets metrics.jsonl, curves.png, provenance.json, result.json, the
+payload log and the trained model (model.keras or model.pt, model_source.py, model.onnx when it was
+exported) as a tarball, evaluation.json first (gridml.executors.phpo_outputs: why one tarball;
+output.json, which runHPO parses, only names its members). With ``--server``/``--token`` (or
+``GRIDML_SERVER``/``GRIDML_TOKEN``) the point becomes a trial of the study on that ``gridml
+serve`` and reports every epoch like any.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -33,13 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from gridml.errors import GridmlError
+from gridml.executors import phpo_outputs
 from gridml.planner import payload_command
 from gridml.search.validate import point_problems
 from payloads.runtime import trial as contract
 
 log = logging.getLogger("gridml.phpo")
 TEMPLATE = "gridml_trial.json"
-METRIC_FILES = ("metrics.jsonl", "curves.png", "provenance.json", "result.json")
+METRIC_FILES = phpo_outputs.METRIC_FILES
+EVALUATION = phpo_outputs.EVALUATION  # in the tarball: the point, output.json, the server trial
 HOROVOD_DEFAULTS = {"HOROVOD_START_TIMEOUT": "300", "HOROVOD_GLOO_TIMEOUT_SECONDS": "300"}
 
 
@@ -235,28 +239,15 @@ def loss_of(doc: contract.TrialDoc, outputs: Path) -> float:
     return -value if direction == "maximize" else value
 
 
-EVALUATION = "evaluation.json"  # in the metrics tarball: the point, output.json, the server trial
-
-
 def pack_metrics(path: Path, cwd: Path, evaluation: dict[str, Any] | None = None) -> list[str]:
-    """The metrics tarball; ``evaluation`` (point and outcome) goes in as evaluation.json, so
-    whoever follows the task (gridml's phpo executor) knows which point each tarball is."""
-    packed = []
-    with tarfile.open(path, "w:gz") as tar:
-        if evaluation is not None:
-            data = json.dumps(evaluation, indent=2, default=str).encode()
-            info = tarfile.TarInfo(EVALUATION)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-            packed.append(EVALUATION)
-        for name in METRIC_FILES:
-            if (cwd / "outputs" / name).is_file():
-                tar.add(cwd / "outputs" / name, arcname=name)
-                packed.append(name)
-        if (cwd / "payload.log").is_file():
-            tar.add(cwd / "payload.log", arcname="payload.log")
-            packed.append("payload.log")
-    return packed
+    """The evaluation tarball (phpo's ``--evaluationMetrics``, the one file a phpo job returns):
+    ``evaluation`` (point and outcome, with each member's sha256) as evaluation.json, so whoever
+    follows the task (gridml's phpo executor) knows which point each tarball is, then the metric
+    files and payload.log, then the trained model (model.keras or model.pt, model_source.py,
+    model.onnx when the export worked); why there and in that order:
+    :mod:`gridml.executors.phpo_outputs`."""
+    log = cwd / "payload.log"
+    return phpo_outputs.pack(path, cwd / "outputs", log if log.is_file() else None, evaluation)
 
 
 def write_output(path: Path, doc: dict[str, Any]) -> None:

@@ -6,20 +6,26 @@ phpo through the real panda-client and follows it: the double's JEDI plays iDDS 
 fresh process per step, 2 evaluation jobs at a time, 4 points in all) and runHPO (point in
 input.json, staged files in input_ds.json, output.json read back, metrics tarball staged out);
 gridml records every evaluation as a trial (point, epochs, loss) and ends when the task ends, so
-``gridml status``/``best``/``fetch`` show the study like any other; ``gridml resume`` afterwards
-follows the same task and submits nothing.
+``gridml status``/``best``/``fetch`` show the study like any other: ``gridml fetch`` unpacks the
+trial's tarball into the files a local trial has, and the fetched model.keras predicts and its
+model.onnx runs in onnxruntime; ``gridml resume`` afterwards follows the same task and submits
+nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
-import tarfile
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import gridml, gridml_json
+from tests.helpers import ROOT, gridml, gridml_json
 from tests.panda_double import PandaDouble
 from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
 
@@ -83,9 +89,56 @@ def test_best_status_and_fetch_show_the_phpo_study(campaign: dict[str, Any]) -> 
     assert status["study"]["n_trials"] == 4 and status["study"]["best"]["number"] == winner.number
     assert "best trial" in campaign["submit"].stdout
     gridml("fetch", "hpo", "--best", "-o", str(tmp / "best"))
-    tarball = next((tmp / "best").glob("*.tgz"))
-    with tarfile.open(tarball) as tar:
-        assert {"evaluation.json", "metrics.jsonl", "result.json"} <= set(tar.getnames())
+    prefix = f"hpo.trial-{winner.number:04d}."
+    names = {p.name for p in (tmp / "best").iterdir()}
+    assert {prefix + n for n in ("model.keras", "model_source.py", "curves.png", "metrics.jsonl",
+                                 "provenance.json", "result.json", "evaluation.json")} <= names, names
+    assert not any(n.endswith(".tgz") for n in names)  # unpacked, as a local or PanDA trial's
+    ev = json.loads((tmp / "best" / f"{prefix}evaluation.json").read_text())
+    assert ev["hparams"] == winner.hparams and ev["loss"] == pytest.approx(winner.objective)
+
+
+def test_the_best_phpo_model_is_fetched_and_predicts(campaign: dict[str, Any]) -> None:
+    """What the PanDA e2e tests check of a fetched model, for a phpo trial: model.keras loads
+    and predicts, model.onnx runs in onnxruntime, model_source.py is the one provenance names."""
+    c, tmp = campaign["campaign"], campaign["tmp"]
+    winner = min(c.store.list_trials(c.study.id), key=lambda t: t.objective)
+    dest = tmp / "fetched"
+    gridml("fetch", "hpo", "--trial", str(winner.number), "-o", str(dest))
+    prefix = dest / f"hpo.trial-{winner.number:04d}."
+    prov = json.loads(Path(f"{prefix}provenance.json").read_text())
+    source = Path(f"{prefix}model_source.py").read_bytes()
+    assert prov["model"]["sha256"] == hashlib.sha256(source).hexdigest()
+    assert source == (ROOT / "examples" / "models" / "mlp.py").read_bytes()
+    code = ("import sys, numpy as np, tensorflow as tf; m = tf.keras.models.load_model(sys.argv[1]); "
+            "p = m.predict(np.random.default_rng(0).normal(size=(5, 10)).astype('float32'), verbose=0); "
+            "assert p.shape == (5, 1) and np.all((p >= 0) & (p <= 1)); print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code, f"{prefix}model.keras"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+    if importlib.util.find_spec("tf2onnx") is None:  # the export cannot run: the reason is kept
+        assert not Path(f"{prefix}model.onnx").exists() and prov["runtime"]["onnx"]["reason"]
+        return
+    code = ("import sys, numpy as np, onnxruntime as ort; "
+            "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider']); "
+            "p = s.run(None, {s.get_inputs()[0].name: np.random.default_rng(0).normal("
+            "size=(5, 10)).astype('float32')})[0]; "
+            "assert p.shape == (5, 1) and np.all((p >= 0) & (p <= 1)); print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code, f"{prefix}model.onnx"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_the_controller_keeps_no_model_copy_in_runs(campaign: dict[str, Any]) -> None:
+    """Following the task reads each tarball's records only: the models stay in the data store."""
+    evaluations = campaign["tmp"] / "home" / "runs" / "hpo" / "phpo" / "evaluations"
+    folders = [p for p in evaluations.iterdir() if not p.name.startswith(".")]
+    assert len(folders) == 4
+    for folder in folders:
+        names = {p.name for p in folder.iterdir()}
+        assert {"evaluation.json", "metrics.jsonl", "result.json"} <= names, names
+        assert not names & {"model.keras", "model.onnx", "model_source.py"}, names
+        assert not any(n.endswith(".tgz") for n in names)
 
 
 def test_resume_follows_the_same_task_and_submits_nothing(campaign: dict[str, Any]) -> None:

@@ -1,9 +1,12 @@
 """`gridml evaluate` end to end: one phpo point trained by the real Keras + Horovod payload
-(2 ranks on the job's 2 cores), output.json with the loss, the metrics tarball; a broken model
-gives a non-zero status and the reason."""
+(2 ranks on the job's 2 cores), output.json with the loss, the tarball with the metrics and the
+trained model (each member's sha256 in its evaluation.json); a torch point returns model.pt and
+model.onnx; a broken model gives a non-zero status and the reason."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,23 +15,27 @@ from pathlib import Path
 
 import pytest
 
+from gridml.executors import phpo_outputs
+from gridml.planner import output_name
 from tests.helpers import ROOT, write_spec
 
 pytestmark = [pytest.mark.slow]
 
 
-def job_dir(tmp: Path, model: str | None = None) -> Path:
+def job_dir(tmp: Path, model: str | None = None, payload: str | None = None) -> Path:
     sys.path.insert(0, str(ROOT / "examples"))
     from make_sample_data import make_sample_data  # type: ignore[import-not-found]
 
     train, val = make_sample_data(tmp / "data", n_train=600, n_val=200, n_files=1, seed=3)
     job = tmp / "job"
     job.mkdir()
-    payload = {}
+    sections = {}
     if model is not None:
         (tmp / "broken.py").write_text(model)
-        payload["payload"] = f"payload:\n  model: {tmp / 'broken.py'}\n"
-    write_spec(job / "spec.yaml", "phpo-eval", "user.t:a", "user.t:b", **payload,
+        sections["payload"] = f"payload:\n  model: {tmp / 'broken.py'}\n"
+    if payload is not None:
+        sections["payload"] = payload
+    write_spec(job / "spec.yaml", "phpo-eval", "user.t:a", "user.t:b", **sections,
                training="training: {epochs: 1, batch_size: 128, metrics: [accuracy], workers: 2}\n",
                resources="resources: {cores: 2, gpus: 0, memory_gb: 2, walltime: 20m}\n")
     (job / "input.json").write_text(json.dumps(
@@ -54,9 +61,46 @@ def test_a_point_is_trained_and_its_loss_written(tmp_path: Path) -> None:
     trial = json.loads((job / "trial.json").read_text())
     assert trial["training"]["workers"] == 2 and trial["hparams"]["units"] == 12
     with tarfile.open(job / "metrics.tgz") as tar:
-        assert {"metrics.jsonl", "curves.png", "provenance.json", "result.json"} <= set(tar.getnames())
+        names = tar.getnames()
+        ev = json.load(tar.extractfile("evaluation.json"))  # type: ignore[arg-type]
+        for name, info in ev["files"].items():  # each member as evaluation.json lists it
+            data = tar.extractfile(name).read()  # type: ignore[union-attr]
+            assert info == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
+    assert {"metrics.jsonl", "curves.png", "provenance.json", "result.json", "payload.log",
+            "model.keras", "model_source.py"} <= set(names) == set(ev["files"]) | {"evaluation.json"}
+    assert names[0] == "evaluation.json" and names.index("model.keras") > names.index("payload.log")
+    assert ("model.onnx" in names) == (importlib.util.find_spec("tf2onnx") is not None)
+    assert out["metrics"] == names  # output.json (what runHPO parses) only names them
     result = json.loads((job / "outputs" / "result.json").read_text())
     assert out["loss"] == pytest.approx(result["objective_metrics"]["val_loss"])
+
+
+def test_a_torch_point_returns_model_pt_that_rebuilds(tmp_path: Path) -> None:
+    """payload.framework torch: the tarball carries model.pt, model_source.py and model.onnx;
+    unpacked as `gridml fetch` unpacks it, model.pt rebuilds from its prefixed model_source.py and
+    model.onnx runs in onnxruntime."""
+    pytest.importorskip("torch")
+    job = job_dir(tmp_path, payload="payload:\n  framework: torch\n  model: "
+                  f"{ROOT / 'examples' / 'models' / 'deepsets_torch.py'}\n")
+    proc = evaluate(job)
+    out = json.loads((job / "output.json").read_text())
+    assert proc.returncode == 0 and out["status"] == 0, (out, proc.stderr[-3000:])
+    assert {"model.pt", "model_source.py", "model.onnx"} <= set(out["metrics"])
+    assert "model.keras" not in out["metrics"]
+    got = phpo_outputs.unpack(job / "metrics.tgz", tmp_path / "fetched",
+                              lambda n: output_name("phpo-eval", 0, n))
+    pt = next(p for p in got if p.name.endswith(".model.pt"))
+    onnx = next(p for p in got if p.name.endswith(".model.onnx"))
+    code = ("import sys, numpy as np, onnxruntime as ort, torch; "
+            "from payloads.runtime.torch_model import rebuild; m = rebuild(sys.argv[1]); "
+            "x = np.random.default_rng(0).normal(size=(5, 10)).astype('float32'); "
+            "s = ort.InferenceSession(sys.argv[2], providers=['CPUExecutionProvider']); "
+            "o = s.run(None, {s.get_inputs()[0].name: x})[0]; "
+            "t = m(torch.from_numpy(x)).detach().numpy(); "
+            "assert o.shape == t.shape and np.allclose(o, t, atol=1e-4), (o, t); print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code, str(pt), str(onnx)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, check=False)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
 
 
 def test_a_broken_model_gives_a_status_and_the_reason(tmp_path: Path) -> None:
