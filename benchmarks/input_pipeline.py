@@ -96,10 +96,9 @@ def raw_preadv(path: Path) -> tuple[int, float]:
             os.close(fd)
 
 
-def tf_ceiling(rows: int) -> tuple[int, float]:
-    """tf.data alone, no reading: the Keras payload's dataset (slabs from a generator, cut into
-    batches of 256 by ``from_tensor_slices``) over one slab already in memory, consumed in-graph.
-    The per-batch cost of tf.data bounds the Keras path whatever the loader does."""
+def _slab_stream(rows: int) -> tuple[object, np.ndarray, np.ndarray]:
+    """A ``tf.data`` dataset of in-memory slabs (k batches of 256 rows each) from a generator,
+    as the Keras payload builds it, holding ``rows`` rows in all; and one slab."""
     import tensorflow as tf
 
     k = 8 * CHUNK // BATCH
@@ -112,7 +111,16 @@ def tf_ceiling(rows: int) -> tuple[int, float]:
             yield x, y
 
     sig = (tf.TensorSpec((None, BATCH, COLS), tf.float32), tf.TensorSpec((None, BATCH), tf.float32))
-    ds = tf.data.Dataset.from_generator(gen, output_signature=sig)
+    return tf.data.Dataset.from_generator(gen, output_signature=sig), x, y
+
+
+def tf_ceiling(rows: int) -> tuple[int, float]:
+    """tf.data alone, no reading: the Keras payload's dataset (slabs from a generator, cut into
+    batches of 256 by ``from_tensor_slices``) over one slab already in memory, consumed in-graph.
+    The per-batch cost of tf.data bounds the Keras path whatever the loader does."""
+    import tensorflow as tf
+
+    ds, _x, _y = _slab_stream(rows)
     ds = ds.flat_map(lambda a, b: tf.data.Dataset.from_tensor_slices((a, b))).prefetch(2)
     t0 = time.perf_counter()
     n = int(ds.reduce(tf.constant(0, tf.int64),
@@ -127,17 +135,7 @@ def tf_slab_ceiling(rows: int) -> tuple[int, float]:
     in-graph loop's per-batch cost."""
     import tensorflow as tf
 
-    k = 8 * CHUNK // BATCH
-    x = np.random.default_rng(0).standard_normal((k, BATCH, COLS), dtype=np.float32)
-    y = np.zeros((k, BATCH), np.float32)
-    slabs = max(1, rows // (k * BATCH))
-
-    def gen():
-        for _ in range(slabs):
-            yield x, y
-
-    sig = (tf.TensorSpec((None, BATCH, COLS), tf.float32), tf.TensorSpec((None, BATCH), tf.float32))
-    ds = tf.data.Dataset.from_generator(gen, output_signature=sig).prefetch(2)
+    ds, x, y = _slab_stream(rows)
 
     @tf.function
     def steps(a, b):
@@ -148,7 +146,7 @@ def tf_slab_ceiling(rows: int) -> tuple[int, float]:
 
     steps(x[:1], y[:1])  # traced before the clock
     t0, n = time.perf_counter(), 0
-    for a, b in ds:
+    for a, b in ds.prefetch(2):
         n += int(steps(a, b))
     return n, time.perf_counter() - t0
 
