@@ -160,6 +160,11 @@ class H5Source:
             except Exception:
                 pass
 
+    @property
+    def all_direct(self) -> bool:
+        """Every column of every file is read with ``preadv`` (no HDF5 decoding to offload)."""
+        return all(d.get(n) is not None for d in self.direct for n in self.names)
+
     def describe(self) -> dict[str, Any]:
         return {"files": self.paths, "rows": self.total_rows, "block_rows": self.block_rows,
                 "blocks": len(self.blocks),

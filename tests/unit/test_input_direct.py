@@ -138,3 +138,16 @@ def test_recycled_buffers_are_reused_not_reallocated(tmp_path: Path) -> None:
             seen.add(base.__array_interface__["data"][0])
             slabs += 1
     assert slabs > 20 and len(seen) <= loader._queue_depth() + 3
+
+
+@pytest.mark.parametrize("kw, direct", [(dict(chunks=(100, 2)), True),
+                                        (dict(chunks=(100, 2), compression="gzip"), False)])
+def test_all_direct_says_whether_there_is_anything_to_decode(tmp_path: Path, kw: dict,
+                                                            direct: bool) -> None:
+    p = tmp_path / "a.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("x", data=np.ones((500, 2), np.float32), **kw)
+        f.create_dataset("y", data=np.ones(500, np.float32), chunks=(100,))  # always unfiltered
+    src = H5Source([str(p)], ["x", "y"])
+    assert src.all_direct is direct
+    assert H5Source([str(p)], ["x", "y"], direct=False).all_direct is False
