@@ -13,7 +13,8 @@ gzip data; the torch path >= 0.5x raw on uncompressed data). Uncompressed data i
 ``preadv`` at the chunks' file offsets (payloads/runtime/chunkio.py): the row "raw preadv" is
 that copy alone, the row "every read through HDF5" the torch path without it. The row "tf.data
 alone" is the Keras path's ceiling: tf.data's per-batch cost over a slab already in memory. The file is
-read from the page cache (written just before); the file is deleted at the end. The row
+read from the page cache: it is read whole, untimed, right before each timed row (see
+``warm``); the file is deleted at the end. The row
 "tf.data one element per slab" asks whether a slab-wise Keras ``train_step`` could lift that
 ceiling: one element per slab, its batches looped over in one ``tf.function``.
 ``--only-torch`` (or no TensorFlow, as on a GPU node with its own PyTorch) leaves the
@@ -151,6 +152,17 @@ def tf_slab_ceiling(rows: int) -> tuple[int, float]:
     return n, time.perf_counter() - t0
 
 
+def warm(path: Path) -> None:
+    """Read the whole file (not timed) right before a timed row: every row reads from the page
+    cache. Between rows the kernel may page out file pages it saw as cold (this VM runs DAMON's
+    proactive reclaim, which pages out memory idle for seconds), so a file read a minute ago is
+    not always still cached; without this the row that came after a slow one read from disk."""
+    buf = bytearray(8 << 20)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+
+
 def raw(path: Path) -> tuple[int, float]:
     t0, n = time.perf_counter(), 0
     with h5py.File(path, "r") as f:
@@ -211,6 +223,7 @@ def gridml_torch(path: Path, direct: bool = True) -> tuple[int, float, float]:
 
     from payloads.runtime.torch_fit import batches
 
+    warm(path)
     src = H5Source([str(path)], ["x", "y"], direct=direct)
     loader = ShardedLoader(src, ["x"], "y", batch=BATCH, seed=1, window=8, prefetch=8,
                            cache=BlockCache(0), gather_threads=GATHER)
@@ -316,15 +329,20 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int,
         raw(path)  # not timed: the file was just written (its pages may still be written back)
         load0 = os.getloadavg()[0]
         for _ in range(repeat):  # interleaved, median of `repeat`: the machine is shared
+            warm(path)
             rec("raw", *raw(path))
+            warm(path)
             rec("raw_preadv", *raw_preadv(path))
+            warm(path)
             n, dt, _w = gridml(path, False)
             rec("gridml", n, dt)
             if tf:
+                warm(path)
                 n, dt, _w = gridml(path, True)
                 rec("gridml_tf", n, dt)
                 rec("tf_ceiling", *tf_ceiling(rows))
                 rec("tf_slab_ceiling", *tf_slab_ceiling(rows))
+                warm(path)
                 n, dt, _w = gridml(path, True, processes=2)
                 rec("gridml_procs", n, dt)
             if torch:
