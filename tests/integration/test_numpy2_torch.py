@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 # The payload runtime's unit tests that need no TensorFlow (test_input_ragged's tf.data case is
 # deselected below); run again under numpy 2.
 UNIT_TESTS = ["tests/unit/test_input_plan.py", "tests/unit/test_input_direct.py",
-              "tests/unit/test_input_ragged.py", "tests/unit/test_torch_payload.py",
+              "tests/unit/test_input_ragged.py", "tests/unit/test_input_slabs.py",
+              "tests/unit/test_torch_payload.py",
               "tests/unit/test_trial_contract.py"]
 
 
