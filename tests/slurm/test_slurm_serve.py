@@ -1,12 +1,15 @@
 """`gridml serve` drives a Slurm campaign: the user registers the study with a running server
 (`gridml --server URL submit`, which returns at once: the user may log out) and the server's
 controller submits the trials as batch jobs and follows them to the end. The server listens on
-the test cluster's bridge address, which the nodes reach: the ranks post their epochs live."""
+the test cluster's bridge address, which the nodes reach: the ranks post their epochs live. A
+second test kills the server with SIGKILL mid-campaign and restarts it: no epoch lost (spool), no
+job submitted twice."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -39,26 +42,55 @@ def healthy(url: str) -> bool:
         return False
 
 
-@pytest.fixture
-def server(slurm_env: SlurmCluster, gridml_home: Path, tmp_path: Path) -> Iterator[str]:
-    host, port = bridge_address(slurm_env), free_port()
-    url = f"http://{host}:{port}"
-    log = tmp_path / "serve.log"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gridml.serve", "--host", host, "--port",
-                                 str(port), "--open-reads", "--poll", "1"], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, env=os.environ.copy(), start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not healthy(url):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+class Serve:
+    """`gridml serve` on the cluster's bridge: killed with SIGKILL and started again on the same
+    host:port, database and GRIDML_HOME (the environment of the test)."""
+
+    def __init__(self, host: str, log: Path) -> None:
+        self.host, self.port, self.log = host, free_port(), log
+        self.url = f"http://{host}:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 60) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gridml.serve", "--host", self.host, "--port", str(self.port),
+                 "--open-reads", "--poll", "1"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                env=os.environ.copy(), start_new_session=True)
+        self.starts += 1
+        deadline = time.monotonic() + timeout
+        while not healthy(self.url):  # a restart may wait for the port to be free again
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-3000:]
             time.sleep(0.3)
-        yield url
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (a crash: no shutdown handler runs)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(30)
+
+
+@pytest.fixture
+def serve(slurm_env: SlurmCluster, gridml_home: Path, tmp_path: Path) -> Iterator[Serve]:
+    srv = Serve(bridge_address(slurm_env), tmp_path / "serve.log")
+    try:
+        srv.start()
+        yield srv
     finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(30)
-        text = log.read_text()
+        srv.stop()
+        text = srv.log.read_text()
         assert "Traceback" not in text, text[-3000:]
+
+
+@pytest.fixture
+def server(serve: Serve) -> str:
+    return serve.url
 
 
 def test_a_slurm_campaign_registered_with_gridml_serve_runs_to_the_end(
@@ -94,3 +126,73 @@ def test_a_slurm_campaign_registered_with_gridml_serve_runs_to_the_end(
         assert server in (attempt / "trial.json").read_text()
     jobs = jobs_of(slurm_env, "gridml.slurm-serve.")
     assert len(jobs) == 2 and all([s for _, s in v] == ["COMPLETED"] for v in jobs.values()), jobs
+
+
+def wait_finished(server: str, study: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = gridml_json("--server", server, "status", study)
+        if doc["study"]["state"] == "finished" or time.monotonic() > deadline:
+            return doc
+        time.sleep(2)
+
+
+def test_serve_killed_mid_slurm_campaign_loses_no_report_and_submits_no_duplicate(
+        tmp_path: Path, slurm_env: SlurmCluster, serve: Serve) -> None:
+    """SIGKILL `gridml serve` (API and controller) while its trials run on the nodes, keep it down
+    longer than the ranks' post retries (0.5+1+...+16 s: the reports of that time stay in the
+    spool only), start it again on the same address and database: the controller follows the jobs
+    it had submitted (no second sbatch), ingests the spools, and no epoch is missing."""
+    trials_n, epochs_n, down_s = 2, 4, 40
+    data = make_registered_sample_data(tmp_path, n_train=60000, n_val=6000, files=2)
+    spec = write_spec(
+        tmp_path / "spec.yaml", "slurm-restart", *data, search=search(trials_n, trials_n),
+        payload=f"payload:\n  framework: torch\n  model: {ROOT / 'examples/models/deepsets_torch.py'}\n",
+        training=f"training: {{epochs: {epochs_n}, batch_size: 64, workers: 1, metrics: [auc]}}\n",
+        resources="resources: {cores: 1, memory_gb: 1, walltime: 20m}\n",
+        backend=f"backend: {{executor: slurm, data: local, server: '{serve.url}', retries: 0}}\n",
+        slurm=f"slurm: {{partition: {slurm_env.partition}}}\n")
+    t0 = time.monotonic()
+    out = gridml("submit", str(spec), timeout=120).stdout
+    assert "registered with" in out, out
+    # kill once a running trial has reported an epoch and has epochs still to run
+    deadline = time.monotonic() + 400
+    while True:
+        try:
+            page = httpx.get(f"{serve.url}/api/v1/studies/slurm-restart/trials", timeout=5).json()
+        except httpx.HTTPError:
+            page = {"trials": []}
+        trials = page.get("trials", [])
+        if any(t["state"] == "running" and 1 <= t["epochs_done"] < epochs_n for t in trials):
+            break
+        finished = trials and all(t["state"] in ("completed", "failed") for t in trials)
+        assert time.monotonic() < deadline and not finished, ("no trial caught between epochs", trials)
+        time.sleep(0.2)
+    at_kill = {t["number"]: (t["state"], t["epochs_done"]) for t in trials}
+    serve.kill()
+    t_kill = time.monotonic()
+    assert not healthy(serve.url)
+    time.sleep(down_s)  # the ranks post to a dead server: retries, given up, left in the spool
+    serve.start()
+    print(f"\n[slurm] serve killed {t_kill - t0:.0f} s after submit (trials: {at_kill}), "
+          f"down {time.monotonic() - t_kill:.0f} s")
+    doc = wait_finished(serve.url, "slurm-restart", 600)
+    print(f"[slurm] campaign finished {time.monotonic() - t0:.0f} s after submit")
+    trials = doc["trials"]
+    assert doc["study"]["state"] == "finished", (doc["study"], [(t["state"], t["error"]) for t in trials])
+    assert [t["state"] for t in trials] == ["completed"] * trials_n, \
+        ([(t["state"], t["error"]) for t in trials], trial_logs("slurm-restart", 0)[-3000:])
+    for t in trials:
+        assert t["attempts"] == 1 and t["external_id"].startswith("slurm:"), t
+        epochs = gridml_json("--server", serve.url, "status", "slurm-restart", "--trial",
+                             str(t["number"]))["epochs"]
+        assert [e["epoch"] for e in epochs] == list(range(1, epochs_n + 1)), (t["number"], epochs)
+        assert all("val_auc" in e["metrics"] for e in epochs)
+    # one batch job per trial, each completed: the restarted controller submitted none again
+    jobs = jobs_of(slurm_env, "gridml.slurm-restart.")
+    assert len(jobs) == trials_n and all([s for _, s in v] == ["COMPLETED"] for v in jobs.values()), jobs
+    # the server was down longer than a rank retries a post: some report reached the store only
+    # through the spool the restarted controller ingested when the job ended
+    logs = "\n".join(trial_logs("slurm-restart", t["number"]) for t in trials)
+    assert "not posted" in logs, logs[-3000:]
+    assert serve.starts == 2 and serve.log.read_text().count("gridml server on") >= 2
