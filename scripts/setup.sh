@@ -85,6 +85,30 @@ if [ ! -f "$np2/.complete" ]; then
   touch "$np2/.complete"
 fi
 ln -sfn "$np2" .venv-numpy2
+# Other Pythons the payload runtime must run on (GPU nodes bring 3.12 or 3.13): where this machine
+# has one, a small venv of it with requirements/numpy2.txt (numpy 2 and h5py, no torch), listed in
+# .payload-pythons for tests/integration/test_numpy2_torch.py. Reused when built; ~20 s each when
+# not. A fresh CI machine has only 3.11: nothing is built and that test says so.
+: > .payload-pythons
+for v in 3.12 3.13; do
+  for cand in "$(command -v "python$v" 2>/dev/null || true)" "$HOME"/.pyenv/versions/"$v".*/bin/python; do
+    [ -x "$cand" ] && "$cand" -c "import sys; assert '%d.%d' % sys.version_info[:2] == '$v'" 2>/dev/null \
+      || continue
+    pv_key="$( { echo "recipe=1"; "$cand" -VV; cat requirements/numpy2.txt; } | sha256sum | cut -c1-16)"
+    pv="$root/payload-py$v-$pv_key"
+    if [ ! -f "$pv/.complete" ]; then
+      log "building a Python $v venv for the payload runtime's tests ($cand)"
+      rm -rf "$pv"
+      if "$cand" -m venv "$pv" && "$pv/bin/python" -m pip install -q -r requirements/numpy2.txt >&2; then
+        touch "$pv/.complete"
+      else
+        log "could not build it (left out): $pv"; rm -rf "$pv"; continue
+      fi
+    fi
+    echo "$pv/bin/python" >> .payload-pythons
+    break
+  done
+done
 # gridml itself: editable, pointing at this clone (cheap; reruns re-point it to the newest clone).
 "$env/bin/python" -m pip install -q --no-deps --no-build-isolation -e . >&2
 log "ready: $env"
