@@ -10,7 +10,7 @@ Three stages, bounded queues between them:
    GIL) into a new array, or with ``slabs(reuse=True)`` into a recycled buffer, and cuts the
    result into *slabs* of k batches (views: ``(k, batch, ...)``). The random gather is the
    pipeline's most expensive step (~40-50 ns a 256-byte row, whatever the access pattern), so
-   with ``gather_threads`` > 1 each window's gather is split by rows over that many threads;
+   with ``gather_threads`` > 1 each slab's gather is split by rows over that many threads;
    the buffers are allocated pre-faulted (``MAP_POPULATE``: a first touch fault costs ~6 us a
    page in a VM, a quarter of a second for a trial's buffers);
 3. consumer (training): takes slabs; the time it is blocked there is the input wait.
@@ -61,7 +61,7 @@ class ShardedLoader:
         self._pos: dict[int, dict[int, int]] = {}
         self.processes = int(processes)   # HDF5 reader processes (0: read in a thread)
         self._reader: Any = None
-        self.gather_threads = max(1, int(gather_threads))  # threads that gather one window
+        self.gather_threads = max(1, int(gather_threads))  # threads that gather one slab
         self._pool: ThreadPoolExecutor | None = None
         self._requested: set[int] = set()
         self._decoded: Iterator[Arrays] = iter(())
@@ -213,8 +213,8 @@ class ShardedLoader:
             while at < n:
                 c = 0 if carry is None else len(carry[self.labels])
                 take = min(n - at, size - c)
-                dest = self._get(self._outs) if self._outs is not None else None
-                if self._outs is not None and dest is None:
+                dest = None
+                if self._outs is not None and (dest := self._get(self._outs)) is None:
                     return
                 rows: Arrays = {}
                 for k, a in buf.items():
@@ -229,7 +229,7 @@ class ShardedLoader:
                 full = (c + take) // self.batch * self.batch
                 carry = {k: a[full:].copy() for k, a in rows.items()} if full < c + take else None
                 if not full:  # nothing of this buffer goes out
-                    if dest is not None and self._outs is not None:
+                    if dest is not None and self._outs is not None:  # back to the ring
                         self._outs.put(dest)
                     continue
                 slab = {k: a[:full].reshape(full // self.batch, self.batch, *a.shape[1:])
