@@ -54,7 +54,6 @@ from payloads.runtime.threads import plan_threads
 COLS, CHUNK, BATCH = 64, 8192, 256
 CORES = 2  # the trial's cores: the loader's gather threads are sized from them, as a payload does
 GATHER = gather_threads(plan_threads(CORES, 1))
-CORES = 2  # the trial's cores: the loader's gather threads are sized from them as in a payload
 
 
 def make_file(path: Path, size_gb: float, compression: str | None) -> int:
@@ -239,16 +238,21 @@ def gridml_torch(path: Path, direct: bool = True) -> tuple[int, float, float]:
     return per, marks[1] - marks[0], marks[2] - marks[1]
 
 
-def torch_pass(path: Path) -> dict[str, tuple[int, float, float]]:
+def torch_pass(path: Path) -> dict[str, tuple[float, ...]]:
     """:func:`gridml_torch` (direct reads, then every read through HDF5) in a fresh interpreter
     without TensorFlow, as the torch payload runs: TensorFlow's and torch's thread pools in one
-    process made the torch rows up to 2x slower than the same code alone."""
+    process made the torch rows up to 2x slower than the same code alone. The raw reads are
+    timed there too, right before and right after the direct-read stream ("raw" in the result:
+    rows/s before, after): this shared machine's speed drifts by up to 2x within a minute, so
+    the ratio to the raw reads seconds away is the fairer one."""
     import json
     import subprocess
 
     code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
-            "import input_pipeline as ip; p = Path(sys.argv[2]); "
-            "print(json.dumps({'direct': ip.gridml_torch(p), 'h5': ip.gridml_torch(p, False)}))")
+            "import input_pipeline as ip; p = Path(sys.argv[2]); ip.warm(p); b = ip.raw(p); "
+            "d = ip.gridml_torch(p); ip.warm(p); a = ip.raw(p); "
+            "print(json.dumps({'direct': d, 'h5': ip.gridml_torch(p, False), "
+            "'raw': [b[0] / b[1], a[0] / a[1]]}))")
     out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(path)],
                          capture_output=True, text=True, check=True, timeout=1800)
     return {k: tuple(v) for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
@@ -326,6 +330,7 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int,
             runs.setdefault(key, []).append(n / dt)
 
         torch, tf = _has("torch"), _has("tensorflow") and not only_torch
+        adjacent: dict[str, list[float]] = {}  # torch rows / the raw reads next to them
         raw(path)  # not timed: the file was just written (its pages may still be written back)
         load0 = os.getloadavg()[0]
         for _ in range(repeat):  # interleaved, median of `repeat`: the machine is shared
@@ -350,6 +355,9 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int,
                 n, first, second = t["direct"]
                 rec("gridml_torch", n, first)
                 rec("gridml_torch_2", n, second)
+                near = float(np.mean(t["raw"]))  # the raw reads just before and after
+                adjacent.setdefault("gridml_torch", []).append(n / first / near)
+                adjacent.setdefault("gridml_torch_2", []).append(n / second / near)
                 n, first, second = t["h5"]
                 rec("gridml_torch_h5", n, first)
         res = {k: float(np.median(v)) for k, v in runs.items()}
@@ -361,6 +369,10 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int,
             ratios = [g / r for g, r in zip(runs.get(key, []), runs["raw"])]
             if ratios:
                 print(f"  {key} / raw per pass: " + ", ".join(f"{x:.2f}x" for x in ratios))
+            if adjacent.get(key):
+                print(f"  {key} / the raw reads right before and after it, per pass: "
+                      + ", ".join(f"{x:.2f}x" for x in adjacent[key])
+                      + f" (median {np.median(adjacent[key]):.2f}x)")
         if tf:
             n, dt = naive(path, naive_s)
             res["naive"] = n / dt

@@ -122,11 +122,12 @@ def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
     tf.keras.utils.set_random_seed(cfg.seed % 2**31)
     procs = reader_processes(cfg.training.options.reader_processes, plan, device)
     if hvd.rank() == 0:
-        log.info("trial %s/%s: %d ranks, device %s, precision %s, threads %s, HDF5 reader "
-                 "processes per rank %d", cfg.study, cfg.trial_number, hvd.size(), device,
-                 policy, plan.as_dict(), procs)
+        log.info("trial %s/%s: %d ranks, device %s, precision %s, threads %s", cfg.study,
+                 cfg.trial_number, hvd.size(), device, policy, plan.as_dict())
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     data = open_data(cfg, hvd.rank(), hvd.size(), procs, gather_threads(plan))
+    if hvd.rank() == 0:  # after open_data, which may drop them (unfiltered data)
+        log.info("HDF5 reader processes per rank: %d", data.train.processes)
     try:
         return fit_and_finish(cfg, plan, data, hvd, device, policy)
     except Exception:

@@ -38,6 +38,7 @@ from payloads.runtime.h5source import H5Source
 
 Arrays = dict[str, np.ndarray]
 _END = object()
+_NEW = object()  # a buffer not allocated yet: the stage that first needs it allocates it
 _HELD = 2  # recycled slab buffers the consumer may still be using
 
 
@@ -73,6 +74,7 @@ class ShardedLoader:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._outs: queue.Queue | None = None  # recycled slab buffers (slabs(reuse=True))
+        self._alloc: Callable[..., np.ndarray] | None = None  # their allocator
 
     # --- the plan -------------------------------------------------------------------------
     @property
@@ -95,6 +97,13 @@ class ShardedLoader:
         alloc = alloc or prefaulted
         return {n: alloc((rows, *self.src.row_shapes[n]), self.src.dtypes[n])
                 for n in self.names}
+
+    def _window_buffer(self, free: queue.Queue) -> Arrays | None:
+        """The next free window buffer, allocated on first use (None: stopping). The buffers
+        are made in the reader's thread, one at a time as it first needs them, not before the
+        stages start: pre-faulting them all (~50 MB) delayed a trial's first batch ~40 ms."""
+        buf = self._get(free)
+        return self._new_buffer() if buf is _NEW else buf
 
     def _positions(self, epoch: int) -> dict[int, int]:
         """block -> its place in this rank's order of ``epoch`` (memoised, a few epochs)."""
@@ -161,7 +170,7 @@ class ShardedLoader:
             self._request(pieces)
             first = 0
             for w, group in enumerate(plan.windows(pieces, self.window)):
-                buf = self._get(free)
+                buf = self._window_buffer(free)
                 if buf is None:
                     return
                 n = self._fill(group, buf, epoch, first)
@@ -216,6 +225,8 @@ class ShardedLoader:
                 dest = None
                 if self._outs is not None and (dest := self._get(self._outs)) is None:
                     return
+                if dest is _NEW:  # the ring's buffers are allocated as first needed
+                    dest = self._new_buffer(self._alloc, size)
                 rows: Arrays = {}
                 for k, a in buf.items():
                     d = (dest[k] if dest is not None
@@ -294,14 +305,16 @@ class ShardedLoader:
                alloc: Callable[..., np.ndarray] | None) -> tuple[queue.Queue, list[threading.Thread]]:
         free: queue.Queue = queue.Queue()
         for _ in range(_WINDOW_BUFFERS):
-            free.put(self._new_buffer())
+            free.put(_NEW)
         windows: queue.Queue = queue.Queue(maxsize=2)
         slabs: queue.Queue = queue.Queue(maxsize=self._queue_depth())
-        self._outs = None
+        self._outs, self._alloc = None, alloc
         if reuse:  # queued slabs + the two the consumer may still use + the one being filled
             self._outs = queue.Queue()
-            for _ in range(self._queue_depth() + _HELD + 1):
-                self._outs.put(self._new_buffer(alloc, self._slab_rows()))
+            for _ in range(self._queue_depth() + _HELD + 1):  # allocated as first needed,
+                # except by a given allocator (pinned memory: made in the consumer's thread,
+                # where the rank's GPU is the current device)
+                self._outs.put(_NEW if alloc is None else self._new_buffer(alloc, self._slab_rows()))
         stages = [(self._read_stage, windows, (epochs, free, windows)),
                   (self._shuffle_stage, slabs, (windows, free, slabs))]
         threads = [threading.Thread(target=self._guard, args=(fn, out, *args), daemon=True,

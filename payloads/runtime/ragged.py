@@ -62,7 +62,7 @@ class RaggedLoader(ShardedLoader):
         for epoch in epochs:
             first = 0
             for w, group in enumerate(plan.windows(self.pieces(epoch), self.window)):
-                buf = self._get(free)
+                buf = self._window_buffer(free)
                 if buf is None:
                     return
                 n = self._fill(group, buf, epoch, first)

@@ -448,11 +448,12 @@ def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
     procs = reader_processes(cfg.training.options.reader_processes, plan,
                              "GPU" if device.type == "cuda" else "CPU")
     if ranks.rank == 0:
-        log.info("trial %s/%s: torch %s, %d ranks, device %s, threads %s (torch %s), HDF5 "
-                 "reader processes per rank %d", cfg.study, cfg.trial_number, torch.__version__,
-                 ranks.size, device, plan.as_dict(), pools, procs)
+        log.info("trial %s/%s: torch %s, %d ranks, device %s, threads %s (torch %s)", cfg.study,
+                 cfg.trial_number, torch.__version__, ranks.size, device, plan.as_dict(), pools)
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     data = open_data(cfg, ranks.rank, ranks.size, procs, gather_threads(plan))
+    if ranks.rank == 0:  # after open_data, which may drop them (unfiltered data)
+        log.info("HDF5 reader processes per rank: %d", data.train.processes)
     try:
         trainer = Trainer(cfg, plan, data, ranks, device)
         trainer.fit()
