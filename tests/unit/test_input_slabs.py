@@ -96,3 +96,32 @@ def test_prefaulted_buffers_are_ordinary_writable_arrays(shape: tuple, dtype: st
     assert a.shape == shape and a.dtype == np.dtype(dtype) and a.flags.writeable
     a[...] = 7
     assert a.flags.c_contiguous and int(a.reshape(-1)[-1]) == 7
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_buffers_are_made_as_first_needed_and_never_more(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         reuse: bool) -> None:
+    """The window and slab buffers are allocated by the stages when they first need one, and
+    over many epochs never more than the set number (the recycled ones are reused, not
+    re-made)."""
+    monkeypatch.setattr(inputs, "_SLAB_BYTES", BATCH * 16 * 3)
+    src = H5Source(_files(tmp_path), ["x", "y"], block_rows=150)
+    made: list[int] = []
+
+    class Counting(ShardedLoader):
+        def _new_buffer(self, alloc=None, rows=None):  # type: ignore[no-untyped-def]
+            made.append(rows or self.window * self.src.block_rows)
+            return super()._new_buffer(alloc, rows)
+
+    loader = Counting(src, ["x"], "y", seed=SEED, batch=BATCH, window=WINDOW)
+    n = sum(len(s["y"]) * len(s["y"][0]) for s in loader.slabs(range(6), reuse=reuse))
+    loader.close()
+    src.close()
+    assert n == 6 * loader.rows_per_epoch
+    windows = [r for r in made if r == WINDOW * 150]
+    slabs = [r for r in made if r == loader._slab_rows()]
+    assert 1 <= len(windows) <= inputs._WINDOW_BUFFERS
+    ring = loader._queue_depth() + inputs._HELD + 1
+    assert (1 <= len(slabs) <= ring) if reuse else slabs == []
+    assert len(made) == len(windows) + len(slabs)
