@@ -30,6 +30,40 @@ def gridml_json(*args: str, **kw: Any) -> Any:
     return json.loads(gridml(*args, "--json", **kw).stdout)
 
 
+TORCH_PAYLOAD = f"payload:\n  framework: torch\n  model: {ROOT / 'examples' / 'models' / 'deepsets_torch.py'}\n"
+
+
+def small_search(algorithm: str, seed: int) -> str:
+    """A 2-trial search section over the torch example's hparams (2 at a time)."""
+    return textwrap.dedent(f"""\
+        search:
+          algorithm: {algorithm}
+          objective: val_loss
+          max_trials: 2
+          parallel: 2
+          seed: {seed}
+          space:
+            learning_rate: {{type: real, low: 1.0e-3, high: 1.0e-2, log: true}}
+            units: {{type: int, low: 8, high: 16}}
+        """)
+
+
+def assert_torch_model_matches_onnx(pt: Path, onnx: Path) -> None:
+    """``model.pt`` rebuilds (``torch_model.rebuild``, from the model_source.py beside it) and
+    ``model.onnx`` gives its outputs in onnxruntime on 5 rows of the sample data's 10 features;
+    in a fresh interpreter, as a user would load them."""
+    code = ("import sys, numpy as np, onnxruntime as ort, torch; "
+            "from payloads.runtime.torch_model import rebuild; m = rebuild(sys.argv[1]); "
+            "x = np.random.default_rng(0).normal(size=(5, 10)).astype('float32'); "
+            "s = ort.InferenceSession(sys.argv[2], providers=['CPUExecutionProvider']); "
+            "o = s.run(None, {s.get_inputs()[0].name: x})[0]; "
+            "t = m(torch.from_numpy(x)).detach().numpy(); "
+            "assert o.shape == t.shape and np.allclose(o, t, atol=1e-4), (o, t); print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code, str(pt), str(onnx)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, check=False)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
 def make_registered_sample_data(tmp: Path, scope: str = "user.test", n_train: int = 4000,
                                 n_val: int = 1000, files: int = 2) -> tuple[str, str]:
     """Toy data written with the example generator and registered through `gridml data put`."""

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT, gridml, gridml_json
+from tests.helpers import ROOT, TORCH_PAYLOAD, gridml, gridml_json, small_search
 from tests.panda_double import PandaDouble
 from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
 
@@ -36,19 +35,9 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     spec = panda_spec(
         tmp, "gridtorch", train, val,
         backend="backend: {executor: panda, data: local, server: embedded, retries: 2}\n",
-        payload=f"payload:\n  framework: torch\n  model: {ROOT / 'examples/models/deepsets_torch.py'}\n",
+        payload=TORCH_PAYLOAD,
         training="training: {epochs: 1, batch_size: 128, metrics: [accuracy, auc], workers: 2}\n",
-        search=textwrap.dedent("""\
-            search:
-              algorithm: random
-              objective: val_loss
-              max_trials: 2
-              parallel: 2
-              seed: 5
-              space:
-                learning_rate: {type: real, low: 1.0e-3, high: 1.0e-2, log: true}
-                units: {type: int, low: 8, high: 16}
-            """))
+        search=small_search("random", 5))
     with PandaDouble(tmp / "panda") as panda:
         for key, value in panda.client_env().items():
             mp.setenv(key, value)

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT, gridml, gridml_json
+from tests.helpers import (ROOT, TORCH_PAYLOAD, assert_torch_model_matches_onnx, gridml,
+                           gridml_json, small_search)
 from tests.panda_double import PandaDouble
 from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
 
@@ -37,20 +35,10 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     spec = panda_spec(
         tmp, "hpotorch", train, val,
         backend="backend: {executor: phpo, data: local, server: embedded}\n",
-        payload=f"payload:\n  framework: torch\n  model: {MODEL}\n",
+        payload=TORCH_PAYLOAD,
         training="training: {epochs: 1, batch_size: 64, metrics: [accuracy], workers: 2}\n",
         resources="resources: {cores: 2, gpus: 0, memory_gb: 2, walltime: 20m}\n",
-        search=textwrap.dedent("""\
-            search:
-              algorithm: bayes
-              objective: val_loss
-              max_trials: 2
-              parallel: 2
-              seed: 11
-              space:
-                learning_rate: {type: real, low: 1.0e-3, high: 1.0e-2, log: true}
-                units: {type: int, low: 8, high: 16}
-            """))
+        search=small_search("bayes", 11))
     with PandaDouble(tmp / "panda") as panda:
         for key, value in panda.client_env().items():
             mp.setenv(key, value)
@@ -96,14 +84,4 @@ def test_the_best_torch_model_is_fetched_rebuilds_and_matches_its_onnx(
     assert prov["training"]["workers"] == 2  # torchrun started 2 ranks
     log = (dest / f"{prefix}payload.log").read_text(errors="replace")
     assert "torch" in log and "2 ranks" in log and "trial finished (completed)" in log, log[-3000:]
-    code = ("import sys, numpy as np, onnxruntime as ort, torch; "
-            "from payloads.runtime.torch_model import rebuild; m = rebuild(sys.argv[1]); "
-            "x = np.random.default_rng(0).normal(size=(5, 10)).astype('float32'); "
-            "s = ort.InferenceSession(sys.argv[2], providers=['CPUExecutionProvider']); "
-            "o = s.run(None, {s.get_inputs()[0].name: x})[0]; "
-            "t = m(torch.from_numpy(x)).detach().numpy(); "
-            "assert o.shape == t.shape and np.allclose(o, t, atol=1e-4), (o, t); print('ok')")
-    proc = subprocess.run([sys.executable, "-c", code, str(dest / f"{prefix}model.pt"),
-                           str(dest / f"{prefix}model.onnx")], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, check=False)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+    assert_torch_model_matches_onnx(dest / f"{prefix}model.pt", dest / f"{prefix}model.onnx")

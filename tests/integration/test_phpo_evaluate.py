@@ -17,7 +17,7 @@ import pytest
 
 from gridml.executors import phpo_outputs
 from gridml.planner import output_name
-from tests.helpers import ROOT, write_spec
+from tests.helpers import ROOT, TORCH_PAYLOAD, assert_torch_model_matches_onnx, write_spec
 
 pytestmark = [pytest.mark.slow]
 
@@ -80,8 +80,7 @@ def test_a_torch_point_returns_model_pt_that_rebuilds(tmp_path: Path) -> None:
     unpacked as `gridml fetch` unpacks it, model.pt rebuilds from its prefixed model_source.py and
     model.onnx runs in onnxruntime."""
     pytest.importorskip("torch")
-    job = job_dir(tmp_path, payload="payload:\n  framework: torch\n  model: "
-                  f"{ROOT / 'examples' / 'models' / 'deepsets_torch.py'}\n")
+    job = job_dir(tmp_path, payload=TORCH_PAYLOAD)
     proc = evaluate(job)
     out = json.loads((job / "output.json").read_text())
     assert proc.returncode == 0 and out["status"] == 0, (out, proc.stderr[-3000:])
@@ -91,16 +90,7 @@ def test_a_torch_point_returns_model_pt_that_rebuilds(tmp_path: Path) -> None:
                               lambda n: output_name("phpo-eval", 0, n))
     pt = next(p for p in got if p.name.endswith(".model.pt"))
     onnx = next(p for p in got if p.name.endswith(".model.onnx"))
-    code = ("import sys, numpy as np, onnxruntime as ort, torch; "
-            "from payloads.runtime.torch_model import rebuild; m = rebuild(sys.argv[1]); "
-            "x = np.random.default_rng(0).normal(size=(5, 10)).astype('float32'); "
-            "s = ort.InferenceSession(sys.argv[2], providers=['CPUExecutionProvider']); "
-            "o = s.run(None, {s.get_inputs()[0].name: x})[0]; "
-            "t = m(torch.from_numpy(x)).detach().numpy(); "
-            "assert o.shape == t.shape and np.allclose(o, t, atol=1e-4), (o, t); print('ok')")
-    proc = subprocess.run([sys.executable, "-c", code, str(pt), str(onnx)], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT, check=False)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+    assert_torch_model_matches_onnx(pt, onnx)
 
 
 def test_a_broken_model_gives_a_status_and_the_reason(tmp_path: Path) -> None:
