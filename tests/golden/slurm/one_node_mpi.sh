@@ -23,8 +23,12 @@ export HOROVOD_START_TIMEOUT=300
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
 rm -f exit_code
+# the job's own OpenMPI session directory: two mpiruns starting at once on a node
+# race to create the shared one (mkdir /tmp/ompi.<host>.<uid>: File exists)
+export OMPI_MCA_orte_tmpdir_base="${TMPDIR:-/tmp}/gridml-ompi-${SLURM_JOB_ID}"
 mpirun -np 2 --bind-to none bash -c 'echo "[gridml] rank ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}} on node ${SLURMD_NODENAME:-?} (host $(hostname))" >&2; exec "$@"' gridml-rank python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-mpi/trial-0000/attempt-1/trial.json
 code=$?
+rm -rf "$OMPI_MCA_orte_tmpdir_base"
 echo $code > exit_code.tmp && mv exit_code.tmp exit_code
 exit $code
 
@@ -53,8 +57,12 @@ export HOROVOD_START_TIMEOUT=300
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
 rm -f exit_code
+# the job's own OpenMPI session directory: two mpiruns starting at once on a node
+# race to create the shared one (mkdir /tmp/ompi.<host>.<uid>: File exists)
+export OMPI_MCA_orte_tmpdir_base="${TMPDIR:-/tmp}/gridml-ompi-${SLURM_JOB_ID}"
 mpirun -np 2 --bind-to none bash -c 'echo "[gridml] rank ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}} on node ${SLURMD_NODENAME:-?} (host $(hostname))" >&2; exec "$@"' gridml-rank python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-mpi/trial-0001/attempt-1/trial.json
 code=$?
+rm -rf "$OMPI_MCA_orte_tmpdir_base"
 echo $code > exit_code.tmp && mv exit_code.tmp exit_code
 exit $code
 

@@ -31,8 +31,12 @@ module load cuda/12.2
 source /sw/env/bin/activate
 echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
 rm -f exit_code
+# the job's own OpenMPI session directory: two mpiruns starting at once on a node
+# race to create the shared one (mkdir /tmp/ompi.<host>.<uid>: File exists)
+export OMPI_MCA_orte_tmpdir_base="${TMPDIR:-/tmp}/gridml-ompi-${SLURM_JOB_ID}"
 mpirun -np 8 --bind-to none bash -c 'echo "[gridml] rank ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}} on node ${SLURMD_NODENAME:-?} (host $(hostname))" >&2; exec "$@"' gridml-rank python -m payloads.train_keras <DRYRUN>/runs/dry-two-nodes/trial-0000/attempt-1/trial.json
 code=$?
+rm -rf "$OMPI_MCA_orte_tmpdir_base"
 echo $code > exit_code.tmp && mv exit_code.tmp exit_code
 exit $code
 
@@ -69,8 +73,12 @@ module load cuda/12.2
 source /sw/env/bin/activate
 echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
 rm -f exit_code
+# the job's own OpenMPI session directory: two mpiruns starting at once on a node
+# race to create the shared one (mkdir /tmp/ompi.<host>.<uid>: File exists)
+export OMPI_MCA_orte_tmpdir_base="${TMPDIR:-/tmp}/gridml-ompi-${SLURM_JOB_ID}"
 mpirun -np 8 --bind-to none bash -c 'echo "[gridml] rank ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}} on node ${SLURMD_NODENAME:-?} (host $(hostname))" >&2; exec "$@"' gridml-rank python -m payloads.train_keras <DRYRUN>/runs/dry-two-nodes/trial-0001/attempt-1/trial.json
 code=$?
+rm -rf "$OMPI_MCA_orte_tmpdir_base"
 echo $code > exit_code.tmp && mv exit_code.tmp exit_code
 exit $code
 
