@@ -26,6 +26,23 @@ def gridml(*args: str, env: dict[str, str] | None = None, check: bool = True,
     return proc
 
 
+# Runs the real CLI with SIGINT at its default: a test run started in the background by a
+# non-interactive shell (`cmd &`) inherits SIGINT ignored, Python then never raises
+# KeyboardInterrupt, and a Ctrl-C test would see a campaign run on to its end. The exec keeps
+# the pid, so the test's signals reach gridml itself.
+_INTERRUPTIBLE = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                  "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def start_gridml(*args: str) -> subprocess.Popen[str]:
+    """The real CLI started in the background as a terminal starts it (Ctrl-C interrupts it),
+    stdout and stderr piped."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    return subprocess.Popen([sys.executable, "-c", _INTERRUPTIBLE, str(BIN / "gridml"), *args],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
 def gridml_json(*args: str, **kw: Any) -> Any:
     return json.loads(gridml(*args, "--json", **kw).stdout)
 

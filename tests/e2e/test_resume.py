@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, ROOT, gridml, gridml_json, make_registered_sample_data, write_spec
+from tests.helpers import (ROOT, gridml, gridml_json, make_registered_sample_data, start_gridml,
+                           write_spec)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -25,9 +25,7 @@ training:
 
 
 def start_submit(spec: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    return subprocess.Popen([str(BIN / "gridml"), "submit", str(spec), "--quiet"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_gridml("submit", str(spec), "--quiet")
 
 
 def wait_for(study: str, predicate, timeout: float = 600) -> dict:

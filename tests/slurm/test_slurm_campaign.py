@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, ROOT, gridml, gridml_json, make_registered_sample_data, write_spec
+from tests.helpers import (gridml, gridml_json, make_registered_sample_data, start_gridml,
+                           write_spec)
 from tests.slurm.slurm_fixtures import SlurmCluster
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
@@ -46,15 +47,11 @@ def spec_for(tmp_path: Path, name: str, data: tuple[str, str], cluster: SlurmClu
 
 
 def start_submit(spec: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    return subprocess.Popen([str(BIN / "gridml"), "submit", str(spec), "--quiet"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_gridml("submit", str(spec), "--quiet")
 
 
 def start_resume(study: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    return subprocess.Popen([str(BIN / "gridml"), "resume", study, "--quiet"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_gridml("resume", study, "--quiet")
 
 
 def wait_jobs(cluster: SlurmCluster, prefix: str, states: tuple[str, ...], count: int,
