@@ -205,13 +205,13 @@ def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
     if torch and max(req.nodes, 1) > 1:
         lines += ["# torchrun on every node; the rendezvous on the first node of the allocation",
                   *TORCH_HEAD]
-    mpirun = launch_command(req, trial_file)[0] == "mpirun"
+    launch = launch_command(req, trial_file)
+    mpirun = launch[0] == "mpirun"
     if mpirun:
         lines += ["# the job's own OpenMPI session directory: two mpiruns starting at once on a node",
                   "# race to create the shared one (mkdir /tmp/ompi.<host>.<uid>: File exists)",
                   'export OMPI_MCA_orte_tmpdir_base="${TMPDIR:-/tmp}/gridml-ompi-${SLURM_JOB_ID}"']
-    lines += [_shell(launch_command(req, trial_file)),
-              "code=$?"]
+    lines += [_shell(launch), "code=$?"]
     if mpirun:
         lines.append('rm -rf "$OMPI_MCA_orte_tmpdir_base"')
     if torch:

@@ -176,8 +176,10 @@ def test_the_loader_under_another_python(python: str | None, tmp_path: Path, sma
     contract under each such interpreter this machine has, with numpy 2 and h5py, no torch
     (torch for those Pythons would be a CUDA build of several GB)."""
     if python is None:
-        pytest.skip("this machine has no Python 3.12 or 3.13 (a fresh CI machine has only 3.11; "
-                    "scripts/setup.sh builds a venv for each one it finds)")
+        pytest.skip("this machine has no Python 3.12 or 3.13: a fresh CI machine has only 3.11, "
+                    "and neither PyPI nor Debian 12's packages (what setup may install from) "
+                    "offer a CPython 3.12/3.13; scripts/setup.sh builds a venv for each one it "
+                    "finds (PATH, ~/.pyenv), and GRIDML_PAYLOAD_PYTHONS names others")
     assert _check_loader(Path(python), tmp_path, small).startswith("ok ")
 
 

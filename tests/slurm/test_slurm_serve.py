@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from gridml.server.process import free_port
-from tests.helpers import ROOT, gridml, gridml_json, make_registered_sample_data, write_spec
+from tests.helpers import (ROOT, TORCH_PAYLOAD, gridml, gridml_json, make_registered_sample_data,
+                           write_spec)
 from tests.slurm.slurm_fixtures import SlurmCluster
 from tests.slurm.test_slurm_campaign import jobs_of, search, trial_logs
 
@@ -98,7 +99,7 @@ def test_a_slurm_campaign_registered_with_gridml_serve_runs_to_the_end(
     data = make_registered_sample_data(tmp_path, n_train=400, n_val=200, files=2)
     spec = write_spec(
         tmp_path / "spec.yaml", "slurm-serve", *data, search=search(2, 2),
-        payload=f"payload:\n  framework: torch\n  model: {ROOT / 'examples/models/deepsets_torch.py'}\n",
+        payload=TORCH_PAYLOAD,
         training="training: {epochs: 1, batch_size: 64, workers: 1, metrics: [auc]}\n",
         resources="resources: {cores: 1, memory_gb: 1, walltime: 20m}\n",
         backend=f"backend: {{executor: slurm, data: local, server: '{server}', retries: 0}}\n",
@@ -147,7 +148,7 @@ def test_serve_killed_mid_slurm_campaign_loses_no_report_and_submits_no_duplicat
     data = make_registered_sample_data(tmp_path, n_train=60000, n_val=6000, files=2)
     spec = write_spec(
         tmp_path / "spec.yaml", "slurm-restart", *data, search=search(trials_n, trials_n),
-        payload=f"payload:\n  framework: torch\n  model: {ROOT / 'examples/models/deepsets_torch.py'}\n",
+        payload=TORCH_PAYLOAD,
         training=f"training: {{epochs: {epochs_n}, batch_size: 64, workers: 1, metrics: [auc]}}\n",
         resources="resources: {cores: 1, memory_gb: 1, walltime: 20m}\n",
         backend=f"backend: {{executor: slurm, data: local, server: '{serve.url}', retries: 0}}\n",
