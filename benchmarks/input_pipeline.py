@@ -10,7 +10,7 @@ in a temporary directory, then reads one epoch three ways, side by side in this 
 and prints samples/s (median of --repeat interleaved passes: the machine is shared; every
 pass's figures are printed too) and the ratios (goals: gridml >= 0.9x raw and >= 5x naive on
 gzip data; the torch path >= 0.5x raw on uncompressed data). Uncompressed data is read with
-``preadv`` at the chunks' file offsets (payloads/runtime/chunkio.py): the row "raw preadv" is
+``preadv`` at the chunks' file offsets (payloads/runtime/pipeline/chunkio.py): the row "raw preadv" is
 that copy alone, the row "every read through HDF5" the torch path without it. The row "tf.data
 alone" is the Keras path's ceiling: tf.data's per-batch cost over a slab already in memory. The file is
 read from the page cache: it is read whole, untimed, right before each timed row (see
@@ -44,9 +44,9 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from payloads.runtime.cache import BlockCache
-from payloads.runtime.h5source import H5Source
-from payloads.runtime.inputs import ShardedLoader
+from payloads.runtime.pipeline.cache import BlockCache
+from payloads.runtime.pipeline.h5source import H5Source
+from payloads.runtime.pipeline.inputs import ShardedLoader
 from payloads.runtime.session import gather_threads
 from payloads.runtime.threads import plan_threads
 
@@ -75,8 +75,8 @@ def make_file(path: Path, size_gb: float, compression: str | None) -> int:
 
 def raw_preadv(path: Path) -> tuple[int, float]:
     """The same whole chunks read as bytes at their file offsets (``os.preadv`` into a reused
-    buffer, as gridml reads unfiltered data: payloads/runtime/chunkio.py): the copy alone."""
-    from payloads.runtime.chunkio import open_direct
+    buffer, as gridml reads unfiltered data: payloads/runtime/pipeline/chunkio.py): the copy alone."""
+    from payloads.runtime.pipeline.chunkio import open_direct
 
     with h5py.File(path, "r") as f:
         fd = os.open(path, os.O_RDONLY)
@@ -175,7 +175,7 @@ def raw(path: Path) -> tuple[int, float]:
 def _count_tf(loader: ShardedLoader, take: int = -1) -> int:
     import tensorflow as tf
 
-    from payloads.runtime.inputs import tf_dataset
+    from payloads.runtime.pipeline.inputs import tf_dataset
     from payloads.runtime.threads import dataset_options, plan_threads
 
     ds = tf_dataset(loader, [0], dataset_options(plan_threads(2, 1))).take(take)

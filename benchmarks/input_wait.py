@@ -92,9 +92,9 @@ def compare(model: Any, make_ds: Callable[[int], Any], wait: Callable[[], float]
 
 
 def gridml_run(train: list[Path], batch: int, repeat: int) -> dict[str, float]:
-    from payloads.runtime.cache import BlockCache
-    from payloads.runtime.h5source import H5Source
-    from payloads.runtime.inputs import ShardedLoader, tf_dataset
+    from payloads.runtime.pipeline.cache import BlockCache
+    from payloads.runtime.pipeline.h5source import H5Source
+    from payloads.runtime.pipeline.inputs import ShardedLoader, tf_dataset
     from payloads.runtime.threads import dataset_options, plan_threads
 
     src = H5Source([str(p) for p in train], ["x", "y"])

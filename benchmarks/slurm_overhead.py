@@ -81,7 +81,7 @@ def main() -> None:
 def run(args: argparse.Namespace, home: Path) -> None:
     from gridml import controller as ctl
     from gridml.data import open_data_manager
-    from gridml.executors.slurm import SlurmExecutor
+    from gridml.executors.slurm.executor import SlurmExecutor
     from gridml.settings import settings
     from gridml.spec import load_spec
     from gridml.store.sql import open_sql_store

@@ -224,7 +224,7 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
 
 def _batch_jobs(study: str, trials: list[dict[str, Any]]) -> dict[int, str]:
     """Trial number -> "<job id> <Slurm state>" for trials run as Slurm jobs (their journal)."""
-    from gridml.executors.slurm_journal import last_state
+    from gridml.executors.slurm.journal import last_state
     from gridml.settings import settings
 
     jobs: dict[int, str] = {}
@@ -350,9 +350,9 @@ def fetch(study: str = typer.Argument(..., help="study name or id"),
 
 def _unpacked(study: str, trial: dict[str, Any], path: Path) -> list[Path]:
     """A phpo trial's one stored output is its evaluation tarball (model, metrics, plots,
-    provenance: gridml.executors.phpo_outputs): unpacked as a local trial's outputs are named,
+    provenance: gridml.executors.panda.phpo_outputs): unpacked as a local trial's outputs are named,
     ``<study>.trial-NNNN.<file>``, each file checked, and the tarball removed. Anything else as is."""
-    from gridml.executors import phpo_outputs
+    from gridml.executors.panda.executor import phpo_outputs
     from gridml.planner import output_name
 
     if trial.get("source") != "phpo" or not phpo_outputs.is_evaluation_tarball(path):

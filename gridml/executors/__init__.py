@@ -24,15 +24,15 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
         from gridml.executors.dryrun import DryRunExecutor, render_local
 
         if name == "panda":
-            from gridml.executors.panda_request import render_for_request
+            from gridml.executors.panda.request import render_for_request
 
             return DryRunExecutor(render=render_for_request, remote=True)
         if name == "phpo":  # one task for the whole study
-            from gridml.executors.panda_phpo import render_for_request as render_phpo
+            from gridml.executors.panda.phpo import render_for_request as render_phpo
 
             return DryRunExecutor(render=render_phpo, remote=True, per_study=True)
         if name == "slurm":
-            from gridml.executors.slurm_render import render_for_request as render_slurm
+            from gridml.executors.slurm.render import render_for_request as render_slurm
 
             return DryRunExecutor(render=render_slurm)
         return DryRunExecutor(render=render_local)
@@ -41,15 +41,15 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
 
         return LocalExecutor(**options)
     if name == "panda":
-        from gridml.executors.panda import PandaExecutor
+        from gridml.executors.panda.executor import PandaExecutor
 
         return PandaExecutor(data=data, journal=journal, **options)
     if name == "phpo":  # one HPO task for the whole study, followed by the campaign loop
-        from gridml.executors.panda_phpo import PhpoExecutor
+        from gridml.executors.panda.phpo import PhpoExecutor
 
         return PhpoExecutor(data=data, journal=journal, **options)
     if name == "slurm":
-        from gridml.executors.slurm import SlurmExecutor
+        from gridml.executors.slurm.executor import SlurmExecutor
 
         return SlurmExecutor(journal=journal, **options)
     raise UsageError(f"unknown executor {name!r}", hint=f"use one of {', '.join(EXECUTORS)}")

@@ -14,7 +14,7 @@ staged files into it and runs the framework's own payload command (horovodrun / 
 plan, input pipeline, checkpoint, spool), with as many ranks as the spec asks and the job's cores
 allow. ``--evaluationMetrics`` gets metrics.jsonl, curves.png, provenance.json, result.json, the
 payload log and the trained model (model.keras or model.pt, model_source.py, model.onnx when it was
-exported) as a tarball, evaluation.json first (gridml.executors.phpo_outputs: why one tarball;
+exported) as a tarball, evaluation.json first (gridml.executors.panda.phpo_outputs: why one tarball;
 output.json, which runHPO parses, only names its members). With ``--server``/``--token`` (or
 ``GRIDML_SERVER``/``GRIDML_TOKEN``) the point becomes a trial of the study on that ``gridml
 serve`` and reports every epoch like any.
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gridml.errors import GridmlError
-from gridml.executors import phpo_outputs
+from gridml.executors.panda.executor import phpo_outputs
 from gridml.planner import payload_command
 from gridml.search.validate import point_problems
 from payloads.runtime import trial as contract
@@ -245,7 +245,7 @@ def pack_metrics(path: Path, cwd: Path, evaluation: dict[str, Any] | None = None
     follows the task (gridml's phpo executor) knows which point each tarball is, then the metric
     files and payload.log, then the trained model (model.keras or model.pt, model_source.py,
     model.onnx when the export worked); why there and in that order:
-    :mod:`gridml.executors.phpo_outputs`."""
+    :mod:`gridml.executors.panda.phpo_outputs`."""
     log = cwd / "payload.log"
     return phpo_outputs.pack(path, cwd / "outputs", log if log.is_file() else None, evaluation)
 

@@ -55,7 +55,7 @@ def _resume(cfg: TrialDoc, model: Any, hvd: Any, reporter: Any) -> int:
 
 def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> tuple[Any, Any]:
     """tf.data over the training epochs still to run, and over one validation pass."""
-    from payloads.runtime.inputs import tf_dataset
+    from payloads.runtime.pipeline.inputs import tf_dataset
 
     opts = threads.dataset_options(plan)
     if data.val is not None and data.val.steps_per_epoch == 0:

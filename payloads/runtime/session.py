@@ -8,10 +8,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from payloads.runtime import inputs, model as user_model, threads
-from payloads.runtime.cache import BlockCache, choose_compression
+from payloads.runtime import model as user_model, threads
+from payloads.runtime.pipeline import inputs
+from payloads.runtime.pipeline.cache import BlockCache, choose_compression
 from payloads.runtime.errors import PayloadFailure
-from payloads.runtime.h5source import H5Source
+from payloads.runtime.pipeline.h5source import H5Source
 from payloads.runtime.reporter import HttpApi, Reporter
 from payloads.runtime.spool import Spool
 from payloads.runtime.trial import TrialDoc
@@ -49,7 +50,7 @@ def _loader(src: H5Source, cfg: TrialDoc, shuffle: bool, **common: Any) -> Any:
     ragged = list(cfg.data.ragged)
     if not ragged:
         return inputs.ShardedLoader(src, feats, label, shuffle=shuffle, **common)
-    from payloads.runtime.ragged import RaggedLoader
+    from payloads.runtime.pipeline.ragged import RaggedLoader
 
     return RaggedLoader(src, feats, label, ragged=ragged, shuffle=shuffle,
                         bucket=cfg.training.options.bucket_by_length,

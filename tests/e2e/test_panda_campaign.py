@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gridml.executors.panda import task_id_of
+from gridml.executors.panda.executor import task_id_of
 from tests.helpers import gridml, gridml_json
 from tests.panda_double import PandaDouble
 from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data

@@ -109,8 +109,8 @@ print("numpy", np.__version__)
 
 LOADER_CHECK = """
 import sys, h5py, numpy as np
-from payloads.runtime.h5source import H5Source
-from payloads.runtime.inputs import ShardedLoader
+from payloads.runtime.pipeline.h5source import H5Source
+from payloads.runtime.pipeline.inputs import ShardedLoader
 from payloads.runtime.trial import load_trial
 
 def rows(x, y):  # one comparable record per (features, label) row

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gridml.executors.panda_outputs import trial_doc_of
-from gridml.executors.panda_render import exec_string
+from gridml.executors.panda.outputs import trial_doc_of
+from gridml.executors.panda.render import exec_string
 from tests.helpers import gridml
 from tests.panda_double.campaign import panda_spec, register_sample_data
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from gridml.executors import panda_client
-from gridml.executors import panda_journal as journal
-from gridml.executors.panda_render import WRAPPER, PandaTask, pack, render_task_params
+from gridml.executors.panda.executor import client as panda_client
+from gridml.executors.panda.executor import journal
+from gridml.executors.panda.render import WRAPPER, PandaTask, pack, render_task_params
 from gridml.planner import optional_output_files, output_files
 from gridml.settings import settings
 from tests.helpers import gridml

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gridml.executors.panda_render import PandaTask, exec_string, job_command, render_task_params
+from gridml.executors.panda.render import PandaTask, exec_string, job_command, render_task_params
 from gridml.planner import OPTIONAL_OUTPUT_FILES, output_files
 
 pytestmark = [pytest.mark.slow]

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from gridml import executors
-from gridml.executors import panda_client
-from gridml.executors import panda_journal as journal
-from gridml.executors.panda_render import PandaTask, pack, render_task_params
+from gridml.executors.panda.executor import client as panda_client
+from gridml.executors.panda.executor import journal
+from gridml.executors.panda.render import PandaTask, pack, render_task_params
 from tests.panda_double import PandaDouble
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]

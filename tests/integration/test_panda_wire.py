@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from gridml.errors import ExecutorError
-from gridml.executors import panda_journal as journal
+from gridml.executors.panda.executor import journal
 from gridml.settings import settings
-from gridml.executors.panda import render_for_request, task_id_of
+from gridml.executors.panda.executor import render_for_request, task_id_of
 from tests.panda_double import PandaDouble
 from tests.panda_double.campaign import make_campaign, panda_executor, panda_spec, register_sample_data
 
@@ -183,7 +183,7 @@ def test_missing_credentials_are_named(panda: PandaDouble, spec: Path, tmp_path:
 
 
 def test_a_task_that_cannot_be_defined_is_broken_and_the_trial_fails(panda: PandaDouble, spec: Path) -> None:
-    from gridml.executors import panda_client
+    from gridml.executors.panda.executor import client as panda_client
 
     campaign = make_campaign(spec)
     campaign.step()
@@ -201,7 +201,7 @@ def test_a_task_that_cannot_be_defined_is_broken_and_the_trial_fails(panda: Pand
 
 
 def test_killing_a_running_task_stops_its_job(panda: PandaDouble, spec: Path) -> None:
-    from gridml.executors import panda_client
+    from gridml.executors.panda.executor import client as panda_client
 
     params = {"taskName": "user.jtester.sleeper/", "uniqueTaskName": True, "vo": "atlas",
               "prodSourceLabel": "user", "jobParameters": [
@@ -224,8 +224,8 @@ def test_a_finished_task_gives_its_outputs_back_to_a_restarted_controller(
     """A cheap job stands in for the payload (it writes what the payload writes); the task ends
     ``finished``; a fresh executor finds the trial's folder in its journal, fetches
     metrics.jsonl and result.json there and reports every stored file."""
-    from gridml.executors import panda_client
-    from gridml.executors.panda_render import PandaTask, pack, render_task_params
+    from gridml.executors.panda.executor import client as panda_client
+    from gridml.executors.panda.render import PandaTask, pack, render_task_params
 
     doc = {"study": "wire", "output_dir": str(tmp_path / "trial-0007" / "outputs")}
     writes = ("printf '{\"epoch\": 1}\\n' > metrics.jsonl; echo '{\"state\": \"completed\"}' > result.json; "

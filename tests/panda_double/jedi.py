@@ -203,7 +203,7 @@ class Jedi:
         task.set("defined")
 
     def _files(self, item: dict[str, Any]) -> list[str]:
-        from gridml.executors.panda_render import panda_did
+        from gridml.executors.panda.render import panda_did
 
         files = []
         for ds in str(item["dataset"]).split(","):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from gridml.executors.panda_render import panda_did
+from gridml.executors.panda.render import panda_did
 
 _PLACEHOLDER = re.compile(r"\$\{(\w+)(/T)?\}")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gridml.data import open_data_manager
-from gridml.executors.slurm_render import slurm_time
+from gridml.executors.slurm.render import slurm_time
 from tests.helpers import ROOT, gridml, register_tiny_datasets, write_spec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"

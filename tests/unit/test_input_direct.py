@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from payloads.runtime.errors import InputDataError
-from payloads.runtime.h5source import H5Source
-from payloads.runtime.inputs import ShardedLoader
+from payloads.runtime.pipeline.h5source import H5Source
+from payloads.runtime.pipeline.inputs import ShardedLoader
 
 
 def _write(path: Path, n: int, userblock: int = 0, **kw) -> dict[str, np.ndarray]:

@@ -8,11 +8,11 @@ import h5py
 import numpy as np
 import pytest
 
-from payloads.runtime import plan
-from payloads.runtime.cache import BlockCache
+from payloads.runtime.pipeline import plan
+from payloads.runtime.pipeline.cache import BlockCache
 from payloads.runtime.errors import InputDataError
-from payloads.runtime.h5source import Block, H5Source
-from payloads.runtime.inputs import ShardedLoader
+from payloads.runtime.pipeline.h5source import Block, H5Source
+from payloads.runtime.pipeline.inputs import ShardedLoader
 
 
 def _files(tmp_path: Path, sizes: list[int], chunk: int = 100) -> list[str]:

@@ -8,8 +8,8 @@ import h5py
 import numpy as np
 import pytest
 
-from payloads.runtime.h5source import H5Source
-from payloads.runtime.ragged import RaggedLoader
+from payloads.runtime.pipeline.h5source import H5Source
+from payloads.runtime.pipeline.ragged import RaggedLoader
 
 
 def _ragged_file(path: Path, n: int, seed: int = 3, first: int = 0) -> str:
@@ -71,7 +71,7 @@ def test_ranks_agree_on_batches_and_split_the_events(files: list[str]) -> None:
 
 def test_ragged_through_tf_data(files: list[str]) -> None:
     tf = pytest.importorskip("tensorflow")
-    from payloads.runtime.inputs import tf_dataset
+    from payloads.runtime.pipeline.inputs import tf_dataset
 
     loader = _loader(files, True)
     ds = tf_dataset(loader, [0], tf.data.Options())

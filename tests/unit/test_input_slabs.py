@@ -9,9 +9,10 @@ import h5py
 import numpy as np
 import pytest
 
-from payloads.runtime import inputs, plan
-from payloads.runtime.h5source import H5Source
-from payloads.runtime.inputs import ShardedLoader, prefaulted
+from payloads.runtime.pipeline import plan
+from payloads.runtime.pipeline import inputs
+from payloads.runtime.pipeline.h5source import H5Source
+from payloads.runtime.pipeline.inputs import ShardedLoader, prefaulted
 
 BATCH, WINDOW, SEED = 48, 2, 5
 

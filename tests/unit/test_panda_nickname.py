@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gridml.errors import ExecutorError
-from gridml.executors.panda_request import PLACEHOLDER_NICK, resolve_nickname
+from gridml.executors.panda.request import PLACEHOLDER_NICK, resolve_nickname
 from gridml.spec import Spec
 from tests.panda_double import make_token
 

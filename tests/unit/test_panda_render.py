@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gridml.executors.panda import trial_state
-from gridml.executors.panda_outputs import trial_doc_of
-from gridml.executors.panda_render import (
+from gridml.executors.panda.executor import trial_state
+from gridml.executors.panda.outputs import trial_doc_of
+from gridml.executors.panda.render import (
     PandaTask,
     architecture,
     exec_string,

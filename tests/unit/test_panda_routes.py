@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 
-from gridml.executors import panda_client
+from gridml.executors.panda.executor import client as panda_client
 from tests.panda_double.server import ROUTES
 
 CALLED = {  # the panda-client functions gridml calls (directly or through their *_internal)

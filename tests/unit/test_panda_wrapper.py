@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gridml.executors.panda_render import pack
+from gridml.executors.panda.render import pack
 from tests.conftest import ROOT
 
 FAKE_PAYLOAD = """

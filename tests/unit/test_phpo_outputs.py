@@ -1,4 +1,4 @@
-"""The phpo evaluation tarball (gridml.executors.phpo_outputs): evaluation.json first with every
+"""The phpo evaluation tarball (gridml.executors.panda.phpo_outputs): evaluation.json first with every
 member's sha256, records before the model; the controller reads the records only; `gridml fetch`
 unpacks every member under a local trial's names and refuses a member that does not match."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gridml.errors import ChecksumError
-from gridml.executors import phpo_outputs
+from gridml.executors.panda.executor import phpo_outputs
 from gridml.planner import output_files
 
 SOURCE = b"def build_model(hparams, input_shape):\n    return None\n"

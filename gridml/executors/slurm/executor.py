@@ -1,11 +1,11 @@
 """The Slurm executor: every trial attempt is one batch job, submitted with ``sbatch``.
 
-``submit`` renders the batch script (:mod:`gridml.executors.slurm_render`, pure) into the attempt's
+``submit`` renders the batch script (:mod:`gridml.executors.slurm.render`, pure) into the attempt's
 folder and hands it to ``sbatch --parsable``; ``poll`` reads ``squeue -t all`` (one call for every
 job of the executor per second at most), then ``sacct`` where the site keeps accounting, then the
 exit code the script leaves in the attempt folder; ``kill`` is ``scancel``. The commands and their
-error translation live in :mod:`gridml.executors.slurm_cli` (a thin layer; see docs/hpc.md for why
-no library), the journals in :mod:`gridml.executors.slurm_journal`.
+error translation live in :mod:`gridml.executors.slurm.cli` (a thin layer; see docs/hpc.md for why
+no library), the journals in :mod:`gridml.executors.slurm.journal`.
 
 Nothing twice: the job name is ``gridml.<study>.trial-NNNN`` and its comment names the attempt;
 the trial's journal notes "submitting" before ``sbatch`` and the job id right after, so a
@@ -39,11 +39,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gridml.errors import ExecutorError
-from gridml.executors import slurm_cli as cli
-from gridml.executors import slurm_journal as journal
+from gridml.executors.slurm.executor import cli
+from gridml.executors.slurm.executor import journal
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.local import last_error_line, tail
-from gridml.executors.slurm_render import attempt_dir, job_name, render_script
+from gridml.executors.slurm.render import attempt_dir, job_name, render_script
 
 __all__ = ["SlurmExecutor", "job_id_of", "trial_status"]
 

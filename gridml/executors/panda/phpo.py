@@ -22,7 +22,7 @@ journal missed is PanDA's "duplicate task" answer, followed too). Every cycle th
 evaluation jobs' metrics tarballs in the task's output dataset: each becomes a trial of the study
 (its point and outcome from ``evaluation.json``, its epochs from ``metrics.jsonl``, the tarball,
 which also holds the trained model, as its stored output: ``gridml fetch`` unpacks it, see
-:mod:`gridml.executors.phpo_outputs`), or completes the trial ``gridml evaluate --server`` already
+:mod:`gridml.executors.panda.phpo_outputs`), or completes the trial ``gridml evaluate --server`` already
 made there. The campaign ends when the task ends. Ctrl-C leaves the task running at PanDA:
 ``gridml resume`` follows it again.
 """
@@ -46,13 +46,13 @@ from typing import Any
 from gridml import __version__
 from gridml.data.base import DataManager, FileInfo
 from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFoundError
-from gridml.executors import panda_client as pc
-from gridml.executors import panda_journal as journal
-from gridml.executors import phpo_outputs
+from gridml.executors.panda.executor import client as pc
+from gridml.executors.panda.executor import journal
+from gridml.executors.panda.executor import phpo_outputs
 from gridml.executors.base import TaskRequest, TaskStatus
-from gridml.executors.panda_outputs import task_files
-from gridml.executors.panda_render import architecture, output_items, task_name
-from gridml.executors.panda_request import grid_trial_document, resolve_nickname, trial_sandbox
+from gridml.executors.panda.outputs import task_files
+from gridml.executors.panda.render import architecture, output_items, task_name
+from gridml.executors.panda.request import grid_trial_document, resolve_nickname, trial_sandbox
 from gridml.store import Trial, objective_of
 
 log = logging.getLogger("gridml.executors.phpo")

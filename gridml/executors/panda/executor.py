@@ -1,11 +1,11 @@
 """The PanDA executor: every trial becomes a JEDI task submitted with the real panda-client.
 
-``submit`` renders the task parameters (:mod:`gridml.executors.panda_render`, pure) and sends them
+``submit`` renders the task parameters (:mod:`gridml.executors.panda.render`, pure) and sends them
 with ``Client.insertTaskParams``; ``poll`` follows ``getTaskStatus`` and, when the task is over,
 fetches the trial's metrics.jsonl and result.json from its output datasets (pilot stage-out) into
 ``<workdir>/outputs`` and reports the stored files, so the controller uploads nothing itself;
 ``kill`` is ``killTask``. Every panda-client call and its error translation lives in
-:mod:`gridml.executors.panda_client`; the per-trial journal in :mod:`.panda_journal`.
+:mod:`gridml.executors.panda.client`; the per-trial journal in :mod:`.journal`.
 
 Idempotence: the task name is unique per trial (``user.<nick>.<study>.trial-NNNN/``), and the task
 id is journaled in ``<workdir>/panda.json`` as soon as the server answers; the task's parameters
@@ -28,12 +28,12 @@ from typing import Any
 
 from gridml.data.base import DataManager
 from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFoundError
-from gridml.executors import panda_client as pc
-from gridml.executors import panda_journal as journal
+from gridml.executors.panda.executor import client as pc
+from gridml.executors.panda.executor import journal
 from gridml.executors.base import TaskRequest, TaskStatus
-from gridml.executors.panda_outputs import collect_outputs, log_tail
-from gridml.executors.panda_render import PandaTask, render_task_params
-from gridml.executors.panda_request import render_for_request, resolve_nickname, task_from_request
+from gridml.executors.panda.outputs import collect_outputs, log_tail
+from gridml.executors.panda.render import PandaTask, render_task_params
+from gridml.executors.panda.request import render_for_request, resolve_nickname, task_from_request
 
 __all__ = ["PandaExecutor", "render_for_request", "task_id_of", "trial_state"]
 

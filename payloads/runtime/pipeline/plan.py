@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from payloads.runtime.h5source import Block
+from payloads.runtime.pipeline.h5source import Block
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from gridml.data.base import DataManager, FileInfo
 from gridml.errors import DataError, ExecutorError, NotFoundError
-from gridml.executors.panda_render import exec_string, output_items, panda_did, unpack_option
+from gridml.executors.panda.render import exec_string, output_items, panda_did, unpack_option
 
 log = logging.getLogger("gridml.executors.panda")
 FOR_CONTROLLER = ("metrics.jsonl", "result.json")  # what the controller reads from <workdir>/outputs

@@ -2,7 +2,7 @@
 
 Three stages, bounded queues between them:
 
-1. reader thread: walks the epochs in the order :mod:`payloads.runtime.plan` fixes, so it
+1. reader thread: walks the epochs in the order :mod:`payloads.runtime.pipeline.plan` fixes, so it
    reads exactly the blocks training needs next (clairvoyant prefetch), and fills a window
    buffer (reused, no page faults) with whole-chunk reads, or copies from the RAM cache; then
    draws the window's row permutation;
@@ -15,7 +15,7 @@ Three stages, bounded queues between them:
    page in a VM, a quarter of a second for a trial's buffers);
 3. consumer (training): takes slabs; the time it is blocked there is the input wait.
 
-Unfiltered data is read with ``preadv`` (:mod:`payloads.runtime.chunkio`), which releases the
+Unfiltered data is read with ``preadv`` (:mod:`payloads.runtime.pipeline.chunkio`), which releases the
 GIL; other data through h5py, which holds its lock (and the GIL) while it reads and decodes.
 """
 
@@ -32,9 +32,9 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 
 import numpy as np
 
-from payloads.runtime import plan
-from payloads.runtime.cache import NEVER, BlockCache
-from payloads.runtime.h5source import H5Source
+from payloads.runtime.pipeline import plan
+from payloads.runtime.pipeline.cache import NEVER, BlockCache
+from payloads.runtime.pipeline.h5source import H5Source
 
 Arrays = dict[str, np.ndarray]
 _END = object()
@@ -155,7 +155,7 @@ class ShardedLoader:
         if not self.processes:
             return
         if self._reader is None:
-            from payloads.runtime.procreader import ProcessReader
+            from payloads.runtime.pipeline.procreader import ProcessReader
 
             self._reader = ProcessReader(self.src.paths, self.names, self._block_bytes,
                                          self.processes)

@@ -15,11 +15,11 @@ from typing import Any
 
 from gridml import __version__
 from gridml.errors import ExecutorError
-from gridml.executors import panda_client as pc
+from gridml.executors.panda.executor import client as pc
 from gridml.executors.base import TaskRequest
 from gridml.planner import optional_output_files, output_files
-from gridml.executors.panda_render import PandaTask, job_command, render_task_params
-from gridml.executors.panda_sandbox import Sandbox, sandbox_for
+from gridml.executors.panda.render import PandaTask, job_command, render_task_params
+from gridml.executors.panda.sandbox import Sandbox, sandbox_for
 
 log = logging.getLogger("gridml.executors.panda")
 PLACEHOLDER_NICK = "NICKNAME"

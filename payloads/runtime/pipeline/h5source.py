@@ -17,7 +17,7 @@ import os
 import h5py
 import numpy as np
 
-from payloads.runtime.chunkio import DirectRows, open_direct
+from payloads.runtime.pipeline.chunkio import DirectRows, open_direct
 from payloads.runtime.errors import InputDataError
 
 
@@ -64,7 +64,7 @@ class H5Source:
         self.dtypes = {n: self.files[0][n].dtype for n in self.names}
         self.block_rows = int(block_rows or self._chunk_rows())
         self.blocks = self._make_blocks()
-        # unfiltered datasets are read with preadv, bypassing HDF5 (payloads/runtime/chunkio.py)
+        # unfiltered datasets are read with preadv, bypassing HDF5 (payloads/runtime/pipeline/chunkio.py)
         self._fds: list[int] = []
         self.direct: list[dict[str, DirectRows | None]] = [{} for _ in self.paths]
         if direct:

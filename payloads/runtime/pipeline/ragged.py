@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from payloads.runtime import plan
-from payloads.runtime.inputs import Arrays, ShardedLoader, _Failed, _END
+from payloads.runtime.pipeline import plan
+from payloads.runtime.pipeline.inputs import Arrays, ShardedLoader, _Failed, _END
 
 
 class RaggedLoader(ShardedLoader):
