@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from gridml import fields
 from gridml.planner import OPTIONAL_OUTPUT_FILES, output_files, payload_command
 
 LOG_EXCLUDE = r"\.log\.tgz(\.\d+)*$"  # prun never feeds log tarballs of the input datasets to jobs
@@ -137,7 +138,9 @@ def job_command(doc: dict[str, Any], model_source: bytes | None, model_name: str
 
 # ---- the task parameters ---------------------------------------------------------------------------
 def render_task_params(t: PandaTask) -> dict[str, Any]:
-    """The JEDI task parameter map for one trial (what ``Client.insertTaskParams`` sends)."""
+    """The JEDI task parameter map for one trial (what ``Client.insertTaskParams`` sends).
+    Every name in it is checked first (:mod:`gridml.fields`): a bad one is a SpecError."""
+    check_task(t)
     name = task_name(t.nickname, t.study, t.trial_number, t.name_suffix)
     params: dict[str, Any] = {
         "taskName": name, "uniqueTaskName": True, "vo": t.vo,
@@ -168,6 +171,21 @@ def render_task_params(t: PandaTask) -> dict[str, Any]:
     params["dsForIN"] = ",".join(t.train)
     params["reuseSecOnDemand"] = True
     return params
+
+
+def check_task(t: PandaTask) -> None:
+    """The values JEDI and the pilot read as names (site, nickname, container, ...), checked."""
+    fields.panda_value("panda.nickname", t.nickname)
+    fields.job_name(t.study)
+    for key in ("site", "working_group", "vo", "rse"):
+        value = getattr(t, key)
+        if value:
+            fields.panda_value(f"panda.{key}", value)
+    if t.container:
+        fields.container("resources.container", t.container)
+    fields.walltime("resources.walltime", t.walltime_s)
+    if t.sandbox:
+        fields.panda_value("sandbox", t.sandbox)
 
 
 def multi_step_exec(image: str) -> dict[str, Any]:

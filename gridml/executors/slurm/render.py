@@ -40,7 +40,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from gridml.errors import SpecError
+from gridml import fields
 from gridml.executors.base import TaskRequest
 from gridml.planner import payload_command
 
@@ -77,8 +77,9 @@ def attempt_dir(req: TaskRequest) -> Path:
 
 
 def slurm_time(seconds: int) -> str:
-    """``--time`` as D-HH:MM:SS (Slurm rounds up to whole minutes)."""
-    seconds = max(int(seconds), 60)
+    """``--time`` as D-HH:MM:SS (Slurm rounds up to whole minutes); a walltime that is not
+    positive is refused (never turned into a minute)."""
+    seconds = max(fields.walltime("resources.walltime", seconds), 60)
     days, rest = divmod(seconds, 86400)
     h, rest = divmod(rest, 3600)
     m, s = divmod(rest, 60)
@@ -95,9 +96,10 @@ def sbatch_options(req: TaskRequest) -> list[str]:
     nodes = max(req.nodes, 1)
     per_node = ranks_per_node(req.workers, nodes)
     run = attempt_dir(req)
-    opts = [f"--job-name={job_name(req.study, req.trial_number)}",
+    opts = [f"--job-name={fields.job_name(job_name(req.study, req.trial_number))}",
             f"--comment={ATTEMPT_COMMENT.format(attempt=req.attempt)}",
-            f"--chdir={run}", f"--output={run / 'payload.log'}", "--open-mode=append",
+            f"--chdir={fields.script_path('working folder', run)}",
+            f"--output={fields.script_path('log file', run / 'payload.log')}", "--open-mode=append",
             f"--nodes={nodes}", f"--ntasks={req.workers}"]
     if req.workers % nodes == 0:
         opts.append(f"--ntasks-per-node={per_node}")
@@ -106,30 +108,23 @@ def sbatch_options(req: TaskRequest) -> list[str]:
     opts.append(f"--time={slurm_time(req.walltime_s)}")
     if req.gpus > 0:
         opts.append(f"--gpus-per-node={req.gpus}")
-    for key in ("partition", "account", "qos", "constraint"):
+    for key in ("partition", "account", "qos"):
         if site.get(key):
-            opts.append(f"--{key}={site[key]}")
+            opts.append(f"--{key}={fields.slurm_name(f'slurm.{key}', site[key])}")
+    if site.get("constraint"):
+        opts.append(f"--constraint={fields.slurm_constraint('slurm.constraint', site['constraint'])}")
     extra: dict[str, Any] = dict(site.get("options") or {})
-    if "requeue" not in extra and "no-requeue" not in extra:
+    if not fields.option_keys(extra) & {"requeue", "no-requeue"}:
         opts.append("--no-requeue")
-    for key, value in extra.items():
-        key = str(key).lstrip("-")
-        text = str(value)
-        if "\n" in text or "\n" in key:
-            raise SpecError(f"slurm.options.{key}: a value on one line, e.g. {key}: 1")
-        if value is True or value is None:
-            opts.append(f"--{key}")
-        elif value is False:
-            continue
-        else:
-            opts.append(f"--{key}={text}")
+    opts += fields.sbatch_extra(extra)  # checked: names, one-word values, flags bare
     return opts
 
 
 def _container(req: TaskRequest, argv: list[str]) -> list[str]:
     if not req.container:
         return argv
-    return ["apptainer", "exec", *(["--nv"] if req.gpus > 0 else []), req.container, *argv]
+    image = fields.container("resources.container", req.container)
+    return ["apptainer", "exec", *(["--nv"] if req.gpus > 0 else []), image, *argv]
 
 
 def launch_command(req: TaskRequest, trial_file: Path) -> list[str]:
@@ -183,6 +178,7 @@ def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
     site: dict[str, Any] = req.site or {}
     env = {"GRIDML_TRIAL_DIR": str(req.workdir), "HOROVOD_START_TIMEOUT": "300",
            "HOROVOD_GLOO_TIMEOUT_SECONDS": "300", **req.env}
+    fields.env_names(env)  # the values are quoted below; the names must be names
     lines = ["#!/bin/bash",
              f"# gridml: study {req.study}, trial {req.trial_number}, attempt {req.attempt}; "
              "submitted with sbatch",
