@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated $GRIDML_HOME per test, the repository root, the spec folder."""
+"""Shared fixtures: an isolated $GRIDML_HOME per test, the repository root, the spec folder, an
+os.environ restored after every test; the suite's order and CI rules (tests/suite_rules.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.suite_rules import (pytest_collection_modifyitems, pytest_make_collect_report,  # noqa: F401
+                               pytest_runtest_makereport)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +31,14 @@ def repo_root() -> Path:
     return ROOT
 
 
+@pytest.fixture
+def needs_torch() -> None:
+    """For a test that runs torch (in-process or in a process it starts): skipped where torch is
+    not installed (GRIDML_NO_TORCH=1 setups), a failure in CI (tests/suite_rules.py). A module
+    whose every test runs torch skips itself with ``pytest.importorskip("torch")`` instead."""
+    pytest.importorskip("torch")
+
+
 # What a user's shell may hold that would point a test at the user's own store or server.
 USER_VARIABLES = ("GRIDML_HOME", "GRIDML_DB_URL", "GRIDML_DATA_BACKEND", "GRIDML_SERVER",
                   "GRIDML_TOKEN", "GRIDML_CREATE_TOKEN", "GRIDML_SERVE_DB", "GRIDML_TRIAL_DIR")
@@ -39,6 +51,25 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in USER_VARIABLES:
         os.environ.pop(name, None)
     os.environ["GRIDML_HOME"] = tempfile.mkdtemp(prefix="gridml-test-home-")
+
+
+# Set for the whole session by the session fixture that starts PostgreSQL (tests/pg.py), which a
+# test may be the first to ask for: left as it is.
+SESSION_VARIABLES = ("GRIDML_TEST_PG_URL",)
+
+
+@pytest.fixture(autouse=True)
+def _environ_restored() -> Iterator[None]:
+    """No test leaks an environment variable into the tests after it: os.environ is put back as
+    it was before the test, whatever the test (or the code it ran: thread caps, a client's
+    settings) set or removed without a monkeypatch."""
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        kept = {k: os.environ[k] for k in SESSION_VARIABLES if k in os.environ}
+        os.environ.clear()
+        os.environ.update(before)
+        os.environ.update(kept)
 
 
 @pytest.fixture(autouse=True)

@@ -8,11 +8,31 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+def wait_for(cond: Callable[[], T], timeout: float, what: str | Callable[[], str],
+             interval: float = 0.05) -> T:
+    """Wait until ``cond()`` returns something true and return it; fail the test once ``timeout``
+    seconds have passed, naming ``what`` was awaited (a callable: evaluated then, e.g. a log's
+    tail). Every wait in the suite goes through here: a condition, a deadline, no idle sleep."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = what() if callable(what) else what
+            raise AssertionError(f"waited {timeout:g} s in vain for {detail}")
+        time.sleep(interval)
 
 
 def gridml(*args: str, env: dict[str, str] | None = None, check: bool = True,

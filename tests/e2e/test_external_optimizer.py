@@ -12,12 +12,11 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, ROOT, gridml_json, make_registered_sample_data, write_spec
+from tests.helpers import BIN, ROOT, gridml_json, make_registered_sample_data, wait_for, write_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -36,18 +35,16 @@ TRAINING = "training: {epochs: 1, batch_size: 128, metrics: [accuracy], workers:
 
 
 def _wait_for_record(path: Path, submit: subprocess.Popen, timeout: float = 300) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def record() -> dict | None:
         if submit.poll() is not None:
             raise AssertionError(f"gridml submit ended early: {submit.returncode}")
         try:
-            record = json.loads(path.read_text())
-            if record.get("token"):
-                return record
+            found = json.loads(path.read_text())
         except (OSError, ValueError):
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{path} not written in {timeout} s")
+            return None
+        return found if found.get("token") else None
+
+    return wait_for(record, timeout, f"{path} to be written", interval=0.1)
 
 
 def test_external_skopt_drives_a_local_campaign(tmp_path: Path, monkeypatch) -> None:
@@ -67,7 +64,7 @@ def test_external_skopt_drives_a_local_campaign(tmp_path: Path, monkeypatch) -> 
         record = _wait_for_record(record_path, submit)
         client = subprocess.run(
             [sys.executable, str(ROOT / "examples" / "external_skopt.py"), "--study", "ext-e2e",
-             "--poll", "0.5", "--timeout", "900"],
+             "--poll", "0.2", "--timeout", "900"],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1500)
         assert client.returncode == 0, client.stdout + client.stderr + log.read_text()
         assert submit.wait(timeout=120) == 0, log.read_text()  # closed: the campaign ends

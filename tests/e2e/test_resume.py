@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import (ROOT, gridml, gridml_json, make_registered_sample_data, start_gridml,
-                           write_spec)
+                           wait_for, write_spec)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -28,16 +27,14 @@ def start_submit(spec: Path) -> subprocess.Popen[str]:
     return start_gridml("submit", str(spec), "--quiet")
 
 
-def wait_for(study: str, predicate, timeout: float = 600) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_status(study: str, predicate, timeout: float = 600) -> dict:
+    """`gridml status` of ``study`` once ``predicate`` holds for it (each look a CLI run)."""
+    def status() -> dict | None:
         proc = gridml("status", study, "--json", check=False)
-        if proc.returncode == 0:
-            doc = json.loads(proc.stdout)
-            if predicate(doc):
-                return doc
-        time.sleep(1)
-    raise AssertionError(f"study {study} never reached the expected state")
+        doc = json.loads(proc.stdout) if proc.returncode == 0 else None
+        return doc if doc is not None and predicate(doc) else None
+
+    return wait_for(status, timeout, f"study {study} to reach the expected state", interval=0.2)
 
 
 def payload_processes(home: Path) -> list[int]:
@@ -70,14 +67,14 @@ def test_ctrl_c_stops_every_trial_and_resume_finishes(data: tuple[Path, str, str
     spec = write_spec(tmp / "spec.yaml", "intr", train, val, training=TRAINING,
                       search=Path(ROOT / "tests" / "e2e" / "search_random_2.yaml").read_text())
     proc = start_submit(spec)
-    wait_for("intr", lambda d: sum(t["state"] == "running" for t in d["trials"]) == 2)
-    time.sleep(1)
+    wait_status("intr", lambda d: sum(t["state"] == "running" for t in d["trials"]) == 2)
+    wait_for(lambda: len(payload_processes(tmp / "home")) >= 2, 60, "both trials' processes")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "gridml resume intr" in err
-    time.sleep(1)
-    assert payload_processes(tmp / "home") == []
+    wait_for(lambda: payload_processes(tmp / "home") == [], 5,
+             lambda: f"no trial process left: {payload_processes(tmp / 'home')}")
     doc = gridml_json("status", "intr")
     assert [t["state"] for t in doc["trials"]] == ["queued", "queued"]
     gridml("resume", "intr", "--quiet")
@@ -93,7 +90,7 @@ def test_controller_killed_hard_then_resumed_runs_no_trial_twice(data: tuple[Pat
                       search=Path(ROOT / "tests" / "e2e" / "search_random_2.yaml").read_text()
                       .replace("max_trials: 2", "max_trials: 3"))
     proc = start_submit(spec)
-    wait_for("crash", lambda d: any(t["epochs_done"] >= 1 for t in d["trials"]))
+    wait_status("crash", lambda d: any(t["epochs_done"] >= 1 for t in d["trials"]))
     proc.kill()  # kill -9: no cleanup at all; the payloads keep running on their own
     proc.wait()
     gridml("resume", "crash", "--quiet")

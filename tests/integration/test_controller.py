@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from gridml.controller import Campaign
-from gridml.store import objective_of
 from gridml.data.local import LocalStore
 from gridml.errors import SpecError
 from gridml.executors.base import TaskStatus
@@ -135,9 +134,3 @@ def test_same_name_with_a_different_spec_is_refused(world: dict) -> None:
     spec.write_text(spec.read_text().replace("high: 32", "high: 40"))
     with pytest.raises(SpecError, match="already exists with a different spec"):
         campaign({**world, "loaded": load_spec(spec)})
-
-
-def test_objective_is_the_last_finite_value() -> None:
-    reps = [EpochReport(1, {"val_loss": 0.5}, 1.0), EpochReport(2, {"val_loss": float("nan")}, 1.0)]
-    assert objective_of(reps, "val_loss") == 0.5
-    assert objective_of(reps, "val_auc") is None

@@ -16,7 +16,6 @@ import pytest
 
 from test_payload_train import ROOT, write_trial
 
-pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 # The payload runtime's unit tests that need no TensorFlow (test_input_ragged's tf.data case is
@@ -51,6 +50,7 @@ def _run(np2: Path, args: list[str], cwd: Path, timeout: int = 300) -> subproces
                           text=True, timeout=timeout)
 
 
+@pytest.mark.usefixtures("needs_torch")
 def test_the_layer_puts_numpy_2_before_the_main_environments_numpy(np2: Path) -> None:
     proc = _run(np2, ["-c", "import numpy, h5py, torch; print(numpy.__version__, numpy.__file__,"
                             " h5py.__version__, torch.__version__)"], ROOT)
@@ -68,6 +68,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[Pa
     return make_sample_data(tmp_path_factory.mktemp("data"), n_train=800, n_val=300, n_files=2)
 
 
+@pytest.mark.usefixtures("needs_torch")
 def test_a_torch_trial_with_two_ranks_under_numpy_2(np2: Path, tmp_path: Path, small: tuple) -> None:
     trial = write_trial(tmp_path, *small, training={"framework": "torch", "epochs": 2,
                                                     "batch_size": 64},

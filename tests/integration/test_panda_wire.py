@@ -8,7 +8,6 @@ a test needs a job to run, so no training runs here (the e2e test runs whole tri
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from gridml.errors import ExecutorError
 from gridml.executors.panda.executor import journal
 from gridml.settings import settings
 from gridml.executors.panda.executor import render_for_request, task_id_of
+from tests.helpers import wait_for
 from tests.panda_double import PandaDouble
 from tests.panda_double.campaign import make_campaign, panda_executor, panda_spec, register_sample_data
 
@@ -212,8 +212,7 @@ def test_killing_a_running_task_stops_its_job(panda: PandaDouble, spec: Path) ->
     task_id, _ = panda_client.submit(params)
     panda.jedi.wait(task_id, ("running",))
     job = panda.jedi.get(task_id).jobs[0]
-    while job.proc is None:
-        time.sleep(0.05)
+    wait_for(lambda: job.proc is not None, 30, "the pilot to start the task's job")
     panda_executor().kill(f"panda:{task_id}")
     assert panda.jedi.wait(task_id, ("aborted",), timeout_s=30) == "aborted"
     assert job.proc.wait(timeout=10) != 0 and job.status == "cancelled"
@@ -281,10 +280,12 @@ def test_a_task_panda_still_queues_shows_as_submitted_not_running(panda: PandaDo
     trials = submitted(campaign)
     assert len(trials) == 2 and {t.state for t in trials} == {"submitted"}
     panda.jedi.hold = False
-    deadline = time.monotonic() + 60
-    while {t.state for t in submitted(campaign)} != {"running"} and time.monotonic() < deadline:
+
+    def running() -> bool:
         campaign.step()
-        time.sleep(0.2)
-    assert {t.state for t in submitted(campaign)} == {"running"}
+        return {t.state for t in submitted(campaign)} == {"running"}
+
+    wait_for(running, 60, lambda: f"both trials running: {[t.state for t in submitted(campaign)]}",
+             interval=0.2)
     for trial in submitted(campaign):
         panda_executor().kill(trial.external_id)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (gridml, gridml_json, make_registered_sample_data, start_gridml,
-                           write_spec)
+                           wait_for, write_spec)
 from tests.slurm.slurm_fixtures import SlurmCluster
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
@@ -57,14 +57,14 @@ def start_resume(study: str) -> subprocess.Popen[str]:
 def wait_jobs(cluster: SlurmCluster, prefix: str, states: tuple[str, ...], count: int,
               timeout: float = 300) -> list[tuple[str, str, str]]:
     """Wait until ``count`` jobs whose name starts with ``prefix`` are in one of ``states``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rows = [tuple(line.split("|")) for line in cluster.squeue("-o", "%i|%j|%T").split()]
-        mine = [r for r in rows if r[1].startswith(prefix) and r[2] in states]
-        if len(mine) >= count or time.monotonic() > deadline:
-            assert len(mine) >= count, f"jobs {prefix}*: {rows}"
-            return mine  # type: ignore[return-value]
-        time.sleep(0.5)
+    rows: list[tuple[str, ...]] = []
+
+    def mine() -> list[tuple[str, str, str]] | None:
+        rows[:] = [tuple(line.split("|")) for line in cluster.squeue("-o", "%i|%j|%T").split()]
+        found = [(r[0], r[1], r[2]) for r in rows if r[1].startswith(prefix) and r[2] in states]
+        return found if len(found) >= count else None
+
+    return wait_for(mine, timeout, lambda: f"{count} jobs {prefix}* in {states}: {rows}", interval=0.5)
 
 
 def jobs_of(cluster: SlurmCluster, prefix: str) -> dict[str, list[tuple[str, str]]]:
@@ -80,6 +80,15 @@ def jobs_of(cluster: SlurmCluster, prefix: str) -> dict[str, list[tuple[str, str
 def trial_logs(study: str, number: int) -> str:
     runs = Path(os.environ["GRIDML_HOME"]) / "runs" / study / f"trial-{number:04d}"
     return "\n".join(p.read_text(errors="replace") for p in sorted(runs.glob("attempt-*/payload.log")))
+
+
+# How the controller logs a job lost to the infrastructure (a retry not used up).
+LOST = re.compile(r"Slurm job \d+ (NODE_FAIL|FAILED).*no retry used|not the payload")
+
+
+def controller_log(study: str) -> str:
+    path = Path(os.environ["GRIDML_HOME"]) / "runs" / study / "controller.log"
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 900) -> str:
@@ -131,10 +140,14 @@ def test_a_lost_node_resubmits_without_using_a_retry(data: tuple[str, str], tmp_
     proc = start_submit(spec)
     try:
         wait_jobs(slurm_env, "gridml.slurm-lost.", ("RUNNING",), 1)
-        time.sleep(8)  # the ranks are up
+        wait_for(lambda: all(re.search(rf"rank {r} on node n[12]", trial_logs("slurm-lost", 0))
+                             for r in (0, 1)), 120, "the ranks up on both nodes", interval=0.5)
         slurm_env.node_stop("n2")
         wait_jobs(slurm_env, "gridml.slurm-lost.", ("NODE_FAIL", "FAILED"), 1, timeout=180)
-        time.sleep(2)
+        # the controller has seen the job lost (it resubmits) before the node comes back
+        wait_for(lambda: LOST.search(controller_log("slurm-lost")), 120,
+                 lambda: f"the controller to see the lost job: {controller_log('slurm-lost')[-2000:]}",
+                 interval=0.5)
         slurm_env.node_start("n2")
         # the campaign goes on with a new job; lower the epochs of nothing: let it finish
         finish(proc, timeout=900)
@@ -146,8 +159,8 @@ def test_a_lost_node_resubmits_without_using_a_retry(data: tuple[str, str], tmp_
     assert trial["state"] == "completed" and trial["attempts"] == 2, trial
     jobs = jobs_of(slurm_env, "gridml.slurm-lost.")["gridml.slurm-lost.trial-0000"]
     assert [s for _, s in jobs][-1] == "COMPLETED" and len(jobs) == 2, jobs
-    controller = (Path(os.environ["GRIDML_HOME"]) / "runs" / "slurm-lost" / "controller.log").read_text()
-    assert re.search(r"Slurm job \d+ (NODE_FAIL|FAILED).*no retry used|not the payload", controller), controller
+    controller = controller_log("slurm-lost")
+    assert LOST.search(controller), controller
 
 
 def test_ctrl_c_cancels_and_kill_9_resumes_without_a_job_twice(data: tuple[str, str], tmp_path: Path,
@@ -159,9 +172,9 @@ def test_ctrl_c_cancels_and_kill_9_resumes_without_a_job_twice(data: tuple[str, 
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
     assert proc.returncode == 130
-    time.sleep(1)
-    jobs = jobs_of(slurm_env, prefix)
-    assert all(s in ("CANCELLED", "COMPLETING") for v in jobs.values() for _, s in v), jobs
+    wait_for(lambda: all(s in ("CANCELLED", "COMPLETING") for v in jobs_of(slurm_env, prefix).values()
+                         for _, s in v), 10, lambda: f"every job cancelled: {jobs_of(slurm_env, prefix)}",
+             interval=0.2)
     doc = gridml_json("status", "slurm-stop")
     assert doc["study"]["state"] == "stopped" and {t["state"] for t in doc["trials"]} == {"queued"}
     # resume, kill -9 the controller once the new jobs are queued, resume again

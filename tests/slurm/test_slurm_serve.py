@@ -3,7 +3,8 @@
 controller submits the trials as batch jobs and follows them to the end. The server listens on
 the test cluster's bridge address, which the nodes reach: the ranks post their epochs live. A
 second test kills the server with SIGKILL mid-campaign and restarts it: no epoch lost (spool), no
-job submitted twice."""
+job submitted twice. The first trains the torch example (skipped without torch), the second the
+default Keras one: what it guards (the spool, the restarted controller) is no framework's."""
 
 from __future__ import annotations
 
@@ -21,11 +22,10 @@ import pytest
 
 from gridml.server.process import free_port
 from tests.helpers import (ROOT, TORCH_PAYLOAD, gridml, gridml_json, make_registered_sample_data,
-                           write_spec)
+                           wait_for, write_spec)
 from tests.slurm.slurm_fixtures import SlurmCluster
 from tests.slurm.test_slurm_campaign import jobs_of, search, trial_logs
 
-pytest.importorskip("torch")
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
 
@@ -60,10 +60,14 @@ class Serve:
                  "--open-reads", "--poll", "1"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                 env=os.environ.copy(), start_new_session=True)
         self.starts += 1
-        deadline = time.monotonic() + timeout
-        while not healthy(self.url):  # a restart may wait for the port to be free again
-            assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-3000:]
-            time.sleep(0.3)
+        proc = self.proc
+
+        def up() -> bool:  # a restart may wait for the port to be free again
+            assert proc.poll() is None, self.log.read_text()[-3000:]
+            return healthy(self.url)
+
+        wait_for(up, timeout, lambda: f"gridml serve to answer: {self.log.read_text()[-3000:]}",
+                 interval=0.2)
 
     def kill(self) -> None:
         """SIGKILL the whole process group (a crash: no shutdown handler runs)."""
@@ -94,6 +98,7 @@ def server(serve: Serve) -> str:
     return serve.url
 
 
+@pytest.mark.usefixtures("needs_torch")
 def test_a_slurm_campaign_registered_with_gridml_serve_runs_to_the_end(
         tmp_path: Path, slurm_env: SlurmCluster, server: str) -> None:
     data = make_registered_sample_data(tmp_path, n_train=400, n_val=200, files=2)
@@ -107,12 +112,7 @@ def test_a_slurm_campaign_registered_with_gridml_serve_runs_to_the_end(
     t0 = time.monotonic()
     out = gridml("submit", str(spec), timeout=120).stdout  # returns once registered
     assert "registered with" in out and time.monotonic() - t0 < 60, out
-    deadline = time.monotonic() + 600
-    while True:
-        doc = gridml_json("--server", server, "status", "slurm-serve")
-        if doc["study"]["state"] == "finished" or time.monotonic() > deadline:
-            break
-        time.sleep(2)
+    doc = wait_finished(server, "slurm-serve", 600)
     print(f"\n[slurm] serve-driven campaign of 2 trials finished {time.monotonic() - t0:.0f} s after submit")
     trials = doc["trials"]
     assert doc["study"]["state"] == "finished", (doc["study"], [(t["state"], t["error"]) for t in trials])
@@ -130,25 +130,30 @@ def test_a_slurm_campaign_registered_with_gridml_serve_runs_to_the_end(
 
 
 def wait_finished(server: str, study: str, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        doc = gridml_json("--server", server, "status", study)
-        if doc["study"]["state"] == "finished" or time.monotonic() > deadline:
-            return doc
-        time.sleep(2)
+    """The study's `gridml status` once it is finished (fails after ``timeout``)."""
+    last: list[dict] = []
+
+    def finished() -> bool:
+        last[:] = [gridml_json("--server", server, "status", study)]
+        return last[0]["study"]["state"] == "finished"
+
+    wait_for(finished, timeout, lambda: f"{study} to finish: {last[0]['study'] if last else None}, "
+             f"trials {[(t['state'], t['error']) for t in last[0]['trials']] if last else None}",
+             interval=0.5)
+    return last[0]
 
 
 def test_serve_killed_mid_slurm_campaign_loses_no_report_and_submits_no_duplicate(
         tmp_path: Path, slurm_env: SlurmCluster, serve: Serve) -> None:
     """SIGKILL `gridml serve` (API and controller) while its trials run on the nodes, keep it down
-    longer than the ranks' post retries (0.5+1+...+16 s: the reports of that time stay in the
+    until a rank has given up a post (after its retries, 0.5+1+...+16 s: that report stays in the
     spool only), start it again on the same address and database: the controller follows the jobs
-    it had submitted (no second sbatch), ingests the spools, and no epoch is missing."""
-    trials_n, epochs_n, down_s = 2, 4, 40
+    it had submitted (no second sbatch), ingests the spools, and no epoch is missing. The default
+    (Keras) payload: nothing here needs torch."""
+    trials_n, epochs_n = 2, 4
     data = make_registered_sample_data(tmp_path, n_train=60000, n_val=6000, files=2)
     spec = write_spec(
         tmp_path / "spec.yaml", "slurm-restart", *data, search=search(trials_n, trials_n),
-        payload=TORCH_PAYLOAD,
         training=f"training: {{epochs: {epochs_n}, batch_size: 64, workers: 1, metrics: [auc]}}\n",
         resources="resources: {cores: 1, memory_gb: 1, walltime: 20m}\n",
         backend=f"backend: {{executor: slurm, data: local, server: '{serve.url}', retries: 0}}\n",
@@ -157,23 +162,27 @@ def test_serve_killed_mid_slurm_campaign_loses_no_report_and_submits_no_duplicat
     out = gridml("submit", str(spec), timeout=120).stdout
     assert "registered with" in out, out
     # kill once a running trial has reported an epoch and has epochs still to run
-    deadline = time.monotonic() + 400
-    while True:
+    trials: list[dict] = []
+
+    def between_epochs() -> bool:
         try:
             page = httpx.get(f"{serve.url}/api/v1/studies/slurm-restart/trials", timeout=5).json()
         except httpx.HTTPError:
             page = {"trials": []}
-        trials = page.get("trials", [])
-        if any(t["state"] == "running" and 1 <= t["epochs_done"] < epochs_n for t in trials):
-            break
+        trials[:] = page.get("trials", [])
         finished = trials and all(t["state"] in ("completed", "failed") for t in trials)
-        assert time.monotonic() < deadline and not finished, ("no trial caught between epochs", trials)
-        time.sleep(0.2)
+        assert not finished, ("no trial caught between epochs", trials)
+        return any(t["state"] == "running" and 1 <= t["epochs_done"] < epochs_n for t in trials)
+
+    wait_for(between_epochs, 400, lambda: f"a trial between epochs: {trials}", interval=0.2)
     at_kill = {t["number"]: (t["state"], t["epochs_done"]) for t in trials}
     serve.kill()
     t_kill = time.monotonic()
     assert not healthy(serve.url)
-    time.sleep(down_s)  # the ranks post to a dead server: retries, given up, left in the spool
+    # the ranks post to a dead server: retries, given up, left in the spool
+    wait_for(lambda: "not posted" in "\n".join(trial_logs("slurm-restart", n) for n in at_kill),
+             300, "a rank to give up a post to the dead server (its report left in the spool)",
+             interval=0.5)
     serve.start()
     print(f"\n[slurm] serve killed {t_kill - t0:.0f} s after submit (trials: {at_kill}), "
           f"down {time.monotonic() - t_kill:.0f} s")

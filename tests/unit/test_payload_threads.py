@@ -21,13 +21,23 @@ def test_plan_splits_cores_over_local_ranks(cores: int, ranks: int, per_rank: in
     assert p.per_rank * ranks <= max(cores, ranks)
 
 
+# Every variable apply_env sets: the test's monkeypatch puts each back (thread caps of 1 left in
+# os.environ would slow every later test that starts a process).
+APPLIED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+           "BLIS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS",
+           "TF_CPP_MIN_LOG_LEVEL", "KMP_BLOCKTIME")
+
+
 def test_apply_env_caps_every_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS"):
+    for v in APPLIED:
         monkeypatch.delenv(v, raising=False)
+    before = dict(os.environ)
     threads.apply_env(threads.plan_threads(2, 2))
     assert os.environ["OMP_NUM_THREADS"] == "1" and os.environ["MKL_NUM_THREADS"] == "1"
     assert os.environ["TF_NUM_INTRAOP_THREADS"] == "1"
     assert os.environ["TF_NUM_INTEROP_THREADS"] == "1"
+    changed = {k for k, v in os.environ.items() if before.get(k) != v}
+    assert changed <= set(APPLIED), changed - set(APPLIED)  # every one is put back
 
 
 def test_local_ranks_from_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,15 +116,16 @@ def test_added_rows_and_the_tracked_pool_equal_a_fresh_posterior():
         np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-def test_bayes_ask_8_at_1000_observations_is_fast():
-    import time
-
+def test_bayes_ask_8_at_1000_observations_gives_8_new_points_in_the_space():
+    # its time (goal < 1 s wall) is measured in benchmarks/search.py's timing table, not here
     space = {f"x{i}": {"type": "real", "low": 0.0, "high": 1.0} for i in range(6)}
     rng = np.random.default_rng(0)
     points = [{f"x{i}": float(v) for i, v in enumerate(r)} for r in rng.random((1000, 6))]
     values = [float(np.sin(3 * sum(p.values()))) for p in points]
-    t0 = time.process_time()  # CPU time: the machine's load from other work does not count
     s = search.create("bayes", space, seed=1)
     s.tell(points, values)
-    assert len(s.ask(8)) == 8
-    assert time.process_time() - t0 < 2.0  # ~0.4 s; room for slower CPUs
+    batch = s.ask(8)
+    assert len(batch) == 8 and all(set(p) == set(space) for p in batch)
+    assert all(0.0 <= v <= 1.0 for p in batch for v in p.values())
+    seen = {tuple(sorted(p.items())) for p in points}
+    assert len({tuple(sorted(p.items())) for p in batch} - seen) == 8  # 8 distinct, none told
