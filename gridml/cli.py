@@ -225,13 +225,14 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
 def _batch_jobs(study: str, trials: list[dict[str, Any]]) -> dict[int, str]:
     """Trial number -> "<job id> <Slurm state>" for trials run as Slurm jobs (their journal)."""
     from gridml.executors.slurm.journal import last_state
+    from gridml.layout import RunsLayout
     from gridml.settings import settings
 
     jobs: dict[int, str] = {}
     for t in trials:
         if not str(t.get("external_id") or "").startswith("slurm:"):
             continue
-        seen = last_state(settings().runs_dir / study / f"trial-{t['number']:04d}") or {}
+        seen = last_state(RunsLayout(settings().runs_dir).study(study).trial(t["number"])) or {}
         state = seen.get("state") or "?"
         jobs[t["number"]] = f"{seen.get('job_id') or t['external_id'].split(':')[-1]} {state}" \
             + (" (cancelled)" if seen.get("killed") and state not in ("CANCELLED", "REQUEUED") else "")
@@ -352,7 +353,7 @@ def _unpacked(study: str, trial: dict[str, Any], path: Path) -> list[Path]:
     """A phpo trial's one stored output is its evaluation tarball (model, metrics, plots,
     provenance: gridml.executors.panda.phpo_outputs): unpacked as a local trial's outputs are named,
     ``<study>.trial-NNNN.<file>``, each file checked, and the tarball removed. Anything else as is."""
-    from gridml.executors.panda.executor import phpo_outputs
+    from gridml.executors.panda import phpo_outputs
     from gridml.planner import output_name
 
     if trial.get("source") != "phpo" or not phpo_outputs.is_evaluation_tarball(path):

@@ -4,6 +4,10 @@ Nothing here is kept only in memory: the searcher is rebuilt from the store ever
 trial's submission is recorded before the executor is called, and executors' ``submit`` is
 idempotent per attempt, so a controller killed at any point and restarted (``gridml resume``)
 carries on without losing a metric or submitting a trial twice.
+
+A study whose own service proposes the points (phpo) has a study driver instead of an executor
+(:class:`~gridml.executors.base.StudyDriver`, chosen by :mod:`gridml.assemble`): each cycle is the
+driver's, which sees the campaign only as a :class:`~gridml.executors.base.CampaignView`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from typing import Any
 from gridml import planner
 from gridml.data import open_data_manager
 from gridml.data.base import DataManager, FileInfo
-from gridml.errors import ConflictError, GridmlError, NotFoundError, SpecError
-from gridml.executors.base import Executor, TaskRequest, TaskStatus
+from gridml.errors import ConflictError, GridmlError, NotFoundError, SpecError, UsageError
+from gridml.executors.base import Executor, StudyDriver, TaskRequest, TaskStatus
+from gridml.layout import RunsLayout, StudyPaths
 from gridml.search.study import propose
 from gridml.spec import LoadedSpec, Spec, parse_walltime
 from gridml.store import (
@@ -78,14 +83,18 @@ def ensure_study(store: MetricsStore, loaded: LoadedSpec) -> Study:
 
 @dataclass
 class Campaign:
+    """``executor``: runs each trial the searcher proposes; ``driver`` instead: a study driver
+    (phpo) whose service proposes and runs the points (``executor`` is then None)."""
+
     loaded: LoadedSpec
     store: CampaignStore
-    executor: Executor
+    executor: Executor | None
     data: DataManager
     runs_dir: Path
     api_url: str | None = None
     poll_s: float = 2.0
     on_cycle: Callable[[Study, list[Trial]], None] | None = None
+    driver: StudyDriver | None = None
     study: Study = field(init=False)
     _inputs: dict[str, list[FileInfo]] = field(init=False, default_factory=dict)
     _handles: dict[int, str] = field(init=False, default_factory=dict)
@@ -93,8 +102,12 @@ class Campaign:
     _done_at: float | None = field(init=False, default=None)  # external: all trials finished
 
     def __post_init__(self) -> None:
+        if (self.executor is None) == (self.driver is None):
+            raise UsageError("a campaign runs its trials with an executor or a study driver "
+                             "(one of the two)")
         self.study = ensure_study(self.store, self.loaded)
         self.spec = self.loaded.spec
+        self.paths: StudyPaths = RunsLayout(self.runs_dir).study(self.study.name)
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self) -> Study:
@@ -112,9 +125,8 @@ class Campaign:
 
     def step(self) -> bool:
         """One cycle; True when the campaign is over."""
-        follow = getattr(self.executor, "follow", None)
-        if follow is not None:  # the executor's service proposes the points (phpo: iDDS)
-            done = bool(follow(self))
+        if self.driver is not None:  # the study's own service proposes the points (phpo: iDDS)
+            done = self.driver.step(self)
             if self.on_cycle:
                 self.on_cycle(self.study, self.store.list_trials(self.study.id))
             return done
@@ -175,7 +187,7 @@ class Campaign:
                                         last_heartbeat=None)  # the last attempt's is stale
         req = self.request_for(trial)
         _write_private(req.trial_file, req.trial.dumps())
-        handle = self.executor.submit(req)
+        handle = self._executor.submit(req)
         self._handles[trial.id] = handle
         self.store.update_trial(trial.id, state="running", external_id=handle)
         log.info("trial %d submitted (%s)", trial.number, handle)
@@ -191,9 +203,9 @@ class Campaign:
                             git=self._git)
 
     def template_request(self) -> TaskRequest:
-        """The plan of a trial without a point yet, in ``<runs>/<study>/phpo``: what a per-study
-        executor (phpo) sends once, for its service to fill in each point."""
-        workdir = self.runs_dir / self.study.name / "phpo"
+        """The plan of a trial without a point yet, in ``<runs>/<study>/phpo``: what a study
+        driver (phpo) sends once, for its service to fill in each point."""
+        workdir = self.paths.phpo
         train, val, inputs = self._stage_inputs(workdir)
         trial = Trial(id=0, study_id=self.study.id, number=0, hparams={})
         return planner.plan(self.loaded, self.study, trial, workdir, train=train, validation=val,
@@ -218,7 +230,7 @@ class Campaign:
             paths[which] = []
             for did in self.spec.data.dids(which):
                 if did not in self._inputs:
-                    dest = self.runs_dir / self.study.name / "inputs"
+                    dest = self.paths.inputs
                     self._inputs[did] = self.data.resolve(did) if self._remote \
                         else self.data.stage_in(did, dest)
                 for f in self._inputs[did]:  # remote jobs find their staged files by name
@@ -229,23 +241,29 @@ class Campaign:
     # ---- following and finishing ----------------------------------------------------------
     @property
     def _remote(self) -> bool:
-        return bool(getattr(self.executor, "remote", False))
+        return self.driver.remote if self.driver is not None else self._executor.remote
+
+    @property
+    def _executor(self) -> Executor:
+        if self.executor is None:
+            raise UsageError(f"study {self.study.name}: its study driver runs its trials; the "
+                             "campaign has no executor")
+        return self.executor
 
     def _follow(self, trial: Trial) -> None:
         handle = self._handles.get(trial.id) or trial.external_id
         if not handle:  # recorded as submitted, but the controller died before the executor call
             self.submit(self.store.update_trial(trial.id, state="queued", attempts=trial.attempts - 1))
             return
-        status = self.executor.poll(handle)
+        status = self._executor.poll(handle)
         if status.state in ("completed", "failed", "killed"):
             self.finalize(trial, status)
         elif status.state in ("submitted", "running") and status.state != trial.state:
             self.store.update_trial(trial.id, state=status.state)  # e.g. queued at PanDA
-        elif status.state == "running" and getattr(self.executor, "watch_heartbeats", not self._remote) \
-                and self._silent(trial):
+        elif status.state == "running" and self._executor.watch_heartbeats and self._silent(trial):
             # (grid/HPC nodes often have no outbound network: no heartbeats; PanDA and Slurm
             # enforce the walltime: their executors set watch_heartbeats = False)
-            self.executor.kill(handle)
+            self._executor.kill(handle)
             timeout = self.spec.backend.heartbeat_timeout
             self.finalize(trial, TaskStatus("failed", f"no heartbeat for {timeout}: the trial hung"))
 
@@ -260,8 +278,7 @@ class Campaign:
     def finalize(self, trial: Trial, status: TaskStatus) -> None:
         outputs = self._workdir(trial) / "outputs"
         self.ingest_spool(trial, outputs / "metrics.jsonl")
-        epochs = self.store.list_epochs(trial.id)
-        scores = scores_of(epochs, self.spec.search.model_dump(mode="json"))  # gridml.store.best
+        scores = self.scores(trial)
         objective = scores.pop("objective")  # the first objective; scores: objectives, violations
         result = _read_json(outputs / "result.json")
         if status.state == "completed" and objective is not None:
@@ -288,21 +305,33 @@ class Campaign:
             self.store.update_trial(trial.id, state="failed", error=error, finished=now())
 
     def ingest_spool(self, trial: Trial, spool: Path) -> int:
-        """Record the payload's spooled reports (idempotent: already-posted epochs are no-ops)."""
+        """Record the payload's spooled reports (idempotent: already-posted epochs are no-ops).
+
+        A line is read as the API reads a post (a ``null`` metric is NaN, a diverged epoch);
+        only a torn last line (a payload killed mid-write) is expected to be unreadable."""
         added = 0
         if not spool.exists():
             return 0
-        for line in spool.read_text().splitlines():
+        lines = spool.read_text().splitlines()
+        for n, line in enumerate(lines, 1):
             try:
                 report = EpochReport.from_json(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line from a killed payload
+            except (ValueError, KeyError, TypeError) as exc:
+                if n < len(lines):  # not a torn last line: say so, the epoch is lost
+                    log.warning("trial %d: line %d of %s is not an epoch report (%s): skipped",
+                                trial.number, n, spool, exc)
+                continue
             try:
                 added += bool(self.store.record_epoch(trial.id, report))
             except ConflictError as exc:
                 log.warning("trial %d epoch %d: spool differs from the stored report: %s",
                             trial.number, report.epoch, exc)
         return added
+
+    def scores(self, trial: Trial) -> dict[str, Any]:
+        """The trial's ``objective``, ``objectives`` and ``violations`` from its stored epochs, by
+        the one rule (:mod:`gridml.store.best`), whoever ran it (executor or study driver)."""
+        return scores_of(self.store.list_epochs(trial.id), self.spec.search.model_dump(mode="json"))
 
     def store_outputs(self, trial: Trial, outputs: Path, objective: float) -> list[dict[str, Any]]:
         """Upload the trial's model, plots, metrics and provenance into the study's output dataset."""
@@ -319,30 +348,37 @@ class Campaign:
         return [{"did": str(i.did), "name": i.did.name, "bytes": i.bytes, "adler32": i.adler32} for i in infos]
 
     def _workdir(self, trial: Trial) -> Path:
-        return self.runs_dir / self.study.name / f"trial-{trial.number:04d}"
+        return self.paths.trial(trial.number)
 
     def _interruptions(self, trial: Trial) -> int:
-        return _read_int(self._workdir(trial) / "interrupted")
+        return _read_int(self.paths.interrupted(trial.number))
 
     def _add_free_attempt(self, trial: Trial) -> None:
         """One more attempt that does not count against backend.retries (Ctrl-C, lost node)."""
-        marker = self._workdir(trial) / "interrupted"
+        marker = self.paths.interrupted(trial.number)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(self._interruptions(trial) + 1))
 
     def interrupt(self) -> None:
-        """Ctrl-C: stop every running trial; they go back to the queue for `gridml resume`."""
+        """Ctrl-C: stop every running trial; they go back to the queue for `gridml resume`.
+        A study driver's service keeps the study's task: `gridml resume` follows it again."""
+        if self.driver is not None:
+            self.driver.close()
+        else:
+            self._stop_trials(self._executor)
+        if not self._closed():
+            self.store.set_study_state(self.study.id, "stopped")
+
+    def _stop_trials(self, executor: Executor) -> None:
         for trial in self.store.list_trials(self.study.id, states=("submitted", "running")):
             handle = self._handles.get(trial.id) or trial.external_id
             if handle:
-                self.executor.kill(handle)
+                executor.kill(handle)
             # the attempt keeps its number (its folder holds the killed run), so resume starts a
             # fresh one; it is not a failure, so it does not use up a retry
             self._add_free_attempt(trial)
             self.store.update_trial(trial.id, state="queued", error="interrupted (Ctrl-C)")
-        self.executor.close()
-        if not self._closed():
-            self.store.set_study_state(self.study.id, "stopped")
+        executor.close()
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -1,4 +1,5 @@
-"""Running a campaign from the CLI: open the store, the embedded API, the executor, the display."""
+"""Running a campaign from the CLI: the store, the embedded API, the display; the campaign itself
+is put together by :mod:`gridml.assemble` (as for the dry run and the server)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from gridml import executors, plots
-from gridml.controller import Campaign
+from gridml import assemble, plots
 from gridml.data.base import DataManager
 from gridml.errors import GridmlError
-from gridml.executors import Executor
-from gridml.executors.dryrun import DryRunExecutor
+from gridml.layout import RunsLayout
 from gridml.server.embedded import EmbeddedServer
 from gridml.settings import settings
 from gridml.spec import LoadedSpec
@@ -48,23 +47,16 @@ def _short(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def _executor(loaded: LoadedSpec, data: DataManager, runs_dir: Path, dry_run: bool) -> Executor:
-
-    name = loaded.spec.backend.executor
-    return executors.create(name, data=data, journal=runs_dir / ".journal" / name, dry_run=dry_run)
-
-
 def dry_run(loaded: LoadedSpec, data: DataManager) -> list[dict[str, Any]]:
     """The task parameters of the first batch, computed against a throwaway store."""
 
     with tempfile.TemporaryDirectory(prefix="gridml-dryrun-") as tmp:
         store = open_sql_store(f"sqlite:///{tmp}/dry.db")
-        executor = _executor(loaded, data, Path(tmp) / "runs", dry_run=True)
-        assert isinstance(executor, DryRunExecutor)
-        campaign = Campaign(loaded, store, executor, data, Path(tmp) / "runs", api_url="http://SERVER")
+        campaign, backend = assemble.campaign(loaded, store, RunsLayout(Path(tmp) / "runs"),
+                                              data=data, api_url="http://SERVER", dry_run=True)
         campaign.step()
         store.close()
-        return executor.rendered
+        return list(backend.rendered or [])
 
 
 def run_local(loaded: LoadedSpec, data: DataManager, *, quiet: bool = False,
@@ -76,18 +68,18 @@ def run_local(loaded: LoadedSpec, data: DataManager, *, quiet: bool = False,
 
     cfg = settings()
     store = open_sql_store(cfg.db_url)  # a campaign writes: the SQL store
-    _log_to(cfg.runs_dir / loaded.spec.name / "controller.log")
+    layout = RunsLayout(cfg.runs_dir)
+    paths = layout.study(loaded.spec.name)
+    _log_to(paths.controller_log)
     with ExitStack() as stack:
-        study_dir = cfg.runs_dir / loaded.spec.name
-        server = _embedded_server(cfg.db_url, study_dir)
+        server = _embedded_server(cfg.db_url, paths.api_record)
         stack.callback(server.stop)
-        campaign = Campaign(loaded, store, _executor(loaded, data, cfg.runs_dir, dry_run=False), data, cfg.runs_dir,
-                            api_url=server.url)
-        record = _record_api(study_dir / "api.json", str(server.url),
-                             _study_token(store, campaign.study, study_dir / "api.json"))
+        campaign, _backend = assemble.campaign(loaded, store, layout, data=data, api_url=server.url)
+        record = _record_api(paths.api_record, str(server.url),
+                             _study_token(store, campaign.study, paths.api_record))
         if loaded.spec.search.algorithm == "external":
             console.print(f"external optimizer: API {server.url}  study {campaign.study.name}  "
-                          f"token {record['token']}  (also in {study_dir / 'api.json'})")
+                          f"token {record['token']}  (also in {paths.api_record})")
         live = stack.enter_context(Live(console=console, refresh_per_second=2, transient=False)) \
             if not quiet else None
         if live:
@@ -100,11 +92,11 @@ def run_local(loaded: LoadedSpec, data: DataManager, *, quiet: bool = False,
     return study, store
 
 
-def _embedded_server(db_url: str, study_dir: Path) -> Any:
-    """The in-process API, on the port it had last time if free: payloads still running from
-    before a controller crash keep reporting to the URL in their trial file."""
+def _embedded_server(db_url: str, record: Path) -> Any:
+    """The in-process API, on the port it had last time (``record``: the study's api.json) if
+    free: payloads still running from before a controller crash keep reporting to the URL in
+    their trial file."""
 
-    record = study_dir / "api.json"
     try:
         port = int(json.loads(record.read_text())["port"])
     except (OSError, ValueError, KeyError):
@@ -149,7 +141,7 @@ def _record_api(record: Path, url: str, token: str) -> dict[str, Any]:
 def finish_study(store: MetricsStore, study: Study, data: DataManager, loaded: LoadedSpec) -> None:
     """Convergence plot, stored with the study's outputs."""
     trials = store.list_trials(study.id)
-    path = settings().runs_dir / study.name / "convergence.png"
+    path = RunsLayout(settings().runs_dir).study(study.name).convergence_plot
     if plots.convergence_plot(trials, loaded.spec.search.objective, loaded.spec.search.direction, path):
         try:
             data.upload([path], loaded.output_dataset, names=[f"{study.name}.convergence.png"],

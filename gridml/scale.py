@@ -17,6 +17,7 @@ from typing import Any
 from gridml import runner
 from gridml.data.base import DataManager
 from gridml.errors import GridmlError, UsageError
+from gridml.layout import RunsLayout
 from gridml.settings import settings
 from gridml.spec import LoadedSpec
 
@@ -138,7 +139,7 @@ def run_scaling(loaded: LoadedSpec, data: DataManager, workers: list[int], *, ba
             points.append(measure(store.list_epochs(trial.id), n, var.spec.training.batch_size,
                                   var.spec.resources.nodes))
     rows = table(points)
-    out = settings().runs_dir / f"{loaded.spec.name}-scale"
+    out = RunsLayout(settings().runs_dir).scaling(loaded.spec.name)
     doc = {"study": loaded.spec.name, "hparams": point, "batch": batch, "rows": rows}
     (out / "scaling.json").parent.mkdir(parents=True, exist_ok=True)
     (out / "scaling.json").write_text(json.dumps(doc, indent=2))

@@ -4,6 +4,10 @@
 state ``running`` whose spec names a non-local executor, rebuilds its Campaign from the store
 (nothing is kept in memory that the store does not have) and runs one step: poll the executor,
 fail trials silent past the heartbeat timeout, retry failed ones, ingest spools, ask, submit.
+The campaign is put together by :mod:`gridml.assemble`, as for `gridml submit`. Each study is
+isolated: one that raises anything but a GridmlError (which is logged and retried next cycle:
+PanDA or the data store may be back) is logged with its traceback and set to ``stopped``, and
+the cycle goes on with the other studies.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gridml import executors
-from gridml.controller import Campaign, data_manager_for, loaded_from_study
+from gridml import assemble
+from gridml.controller import Campaign, loaded_from_study
 from gridml.errors import GridmlError
+from gridml.layout import RunsLayout
 from gridml.store import CampaignStore, Study
 
 log = logging.getLogger("gridml.service")
@@ -26,7 +31,7 @@ def materialise_model(study: Study, runs_dir: Path) -> None:
     payload = study.spec.get("payload", {})
     source = study.spec.get("x_model_source")
     if source and not Path(payload.get("model", "")).is_file():
-        path = runs_dir / study.name / "model" / Path(payload.get("model", "model.py")).name
+        path = RunsLayout(runs_dir).study(study.name).model_dir / Path(payload.get("model", "model.py")).name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
         payload["model"] = str(path)
@@ -37,7 +42,7 @@ class CampaignService:
                  executor_options: dict[str, Any] | None = None) -> None:
         self.store, self.runs_dir, self.api_url, self.poll_s = store, runs_dir, api_url, poll_s
         self.executor_options = executor_options or {}
-        self._executors: dict[int, Any] = {}  # study id -> its campaign's executor
+        self._backends: dict[int, assemble.Backend] = {}  # study id -> its campaign's backend
         self._campaigns: dict[int, Campaign] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -47,33 +52,50 @@ class CampaignService:
 
             materialise_model(study, self.runs_dir)
             loaded = loaded_from_study(study)
-            data = data_manager_for(loaded.spec)
             name = loaded.spec.backend.executor
-            self._executors[study.id] = executors.create(
-                name, data=data, journal=self.runs_dir / ".journal" / name,
-                **self.executor_options.get(name, {}))
-            self._campaigns[study.id] = Campaign(loaded, self.store, self._executors[study.id],
-                                                 data, self.runs_dir, api_url=self.api_url)
+            campaign, backend = assemble.campaign(
+                loaded, self.store, RunsLayout(self.runs_dir), api_url=self.api_url,
+                options=self.executor_options.get(name, {}))
+            self._backends[study.id] = backend
+            self._campaigns[study.id] = campaign
         return self._campaigns[study.id]
 
     def run_once(self) -> int:
-        """One step of every grid campaign; returns how many are still running."""
+        """One step of every grid campaign; returns how many are still running. One study that
+        cannot be run (a spec the server cannot build a campaign from, a backend that fails in
+        a way no one foresaw) is logged and stopped: it never stops the others."""
         running = 0
         for study in self.store.list_studies():
             # (closed: its external optimizer is done; the campaign still runs what is queued)
-            if study.state not in ("running", "closed") \
-                    or study.spec.get("backend", {}).get("executor", "local") == "local":
+            if study.state not in ("running", "closed"):
                 continue
             try:
+                if study.spec.get("backend", {}).get("executor", "local") == "local":
+                    continue
                 if self._campaign(study).step():
                     self.store.set_study_state(study.id, "finished")
                     self._campaigns.pop(study.id, None)
                 else:
                     running += 1
-            except GridmlError as exc:  # one broken campaign must not stop the others
+            except GridmlError as exc:  # e.g. PanDA or the data store unreachable: next cycle
                 log.error("study %s: %s", study.name, exc)
                 running += 1
+            except Exception:  # a bug or a spec no campaign can be built from: this study only
+                log.exception("study %s cannot be run: stopped (the other studies go on)",
+                              study.name)
+                self._give_up(study)
         return running
+
+    def _give_up(self, study: Study) -> None:
+        """Stop driving ``study``: its state becomes ``stopped`` (it is no longer taken up)."""
+        self._campaigns.pop(study.id, None)
+        backend = self._backends.pop(study.id, None)
+        try:
+            if backend is not None:
+                backend.close()
+            self.store.set_study_state(study.id, "stopped")
+        except Exception:
+            log.exception("study %s: not marked stopped", study.name)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="gridml-controller", daemon=True)
@@ -91,5 +113,5 @@ class CampaignService:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        for ex in self._executors.values():
-            ex.close()
+        for backend in self._backends.values():
+            backend.close()

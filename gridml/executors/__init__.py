@@ -1,4 +1,7 @@
-"""Executors: ``create(name, ...)`` is the one place that chooses a backend (dry runs too)."""
+"""Executors: ``create(name, ...)`` makes the executor of a per-trial backend (dry runs too).
+
+``phpo`` is no executor: iDDS proposes the points and the study is one PanDA task, followed by a
+study driver (:mod:`gridml.phpo.driver`); :mod:`gridml.assemble` chooses between the two."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from gridml.executors.base import Executor, TaskRequest, TaskStatus
 
 __all__ = ["EXECUTORS", "Executor", "TaskRequest", "TaskStatus", "create"]
 
-EXECUTORS = ("local", "panda", "phpo", "slurm", "dryrun")
+EXECUTORS = ("local", "panda", "slurm", "dryrun")  # (and phpo, a study driver: gridml.assemble)
 
 
 def create(name: str, *, data: DataManager | None = None, journal: Path | None = None, dry_run: bool = False,
@@ -19,6 +22,9 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
     """The executor ``name`` for a campaign whose data manager is ``data``; ``journal``: a folder
     where it keeps what it needs to find its tasks again after a restart. ``dry_run``: render
     what ``name`` would submit, submit nothing."""
+    if name == "phpo":
+        raise UsageError("backend.executor phpo is a study driver (iDDS proposes the points), "
+                         "not a per-trial executor", hint="build its campaign with gridml.assemble")
     # each backend is imported only when chosen (PanDA's pulls in panda-client)
     if dry_run or name == "dryrun":
         from gridml.executors.dryrun import DryRunExecutor, render_local
@@ -27,10 +33,6 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
             from gridml.executors.panda.request import render_for_request
 
             return DryRunExecutor(render=render_for_request, remote=True)
-        if name == "phpo":  # one task for the whole study
-            from gridml.executors.panda.phpo import render_for_request as render_phpo
-
-            return DryRunExecutor(render=render_phpo, remote=True, per_study=True)
         if name == "slurm":
             from gridml.executors.slurm.render import render_for_request as render_slurm
 
@@ -44,10 +46,6 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
         from gridml.executors.panda.executor import PandaExecutor
 
         return PandaExecutor(data=data, journal=journal, **options)
-    if name == "phpo":  # one HPO task for the whole study, followed by the campaign loop
-        from gridml.executors.panda.phpo import PhpoExecutor
-
-        return PhpoExecutor(data=data, journal=journal, **options)
     if name == "slurm":
         from gridml.executors.slurm.executor import SlurmExecutor
 

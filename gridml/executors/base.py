@@ -1,4 +1,5 @@
-"""The Executor seam: submit a trial task, poll it, kill it.
+"""The backend seams: an Executor (submit a trial task, poll it, kill it), or a StudyDriver
+(a service outside gridml proposes the points: the whole study is one task).
 
 Backends: ``local`` (process groups on this machine; default), ``panda`` (panda-client -> JEDI
 task), ``dryrun`` (renders what would be submitted, submits nothing). ``gridml.executors.create``
@@ -6,17 +7,27 @@ is the one place that chooses. Every backend passes tests/integration/test_execu
 
 An executor takes everything from the :class:`~gridml.planner.TaskRequest` (the trial document
 is inside it) and the campaign's data manager it was created with; what it needs to poll a handle
-after a controller restart it keeps in its own journal.
+after a controller restart it keeps in its own journal. What the controller may expect of it is
+declared here, on the protocol (``remote``, ``watch_heartbeats``), and set by every backend.
+
+A :class:`StudyDriver` (``backend.executor: phpo``, :mod:`gridml.phpo.driver`) replaces the
+controller's own ask/submit/poll cycle: each cycle the campaign hands itself over as a
+:class:`CampaignView` (what a driver may read and write of it) and the driver records the trials
+its service ran. ``gridml.assemble`` is the one place that chooses between the two.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from gridml.layout import StudyPaths
 from gridml.planner import TaskRequest
+from gridml.spec import Spec
+from gridml.store import CampaignStore, Study, Trial
 
-__all__ = ["Executor", "TaskRequest", "TaskStatus"]
+__all__ = ["CampaignView", "Executor", "StudyDriver", "TaskRequest", "TaskStatus"]
 
 
 @dataclass
@@ -36,8 +47,46 @@ class TaskStatus:
 class Executor(Protocol):
     name: str
     remote: bool  # True: the job stages its inputs in itself (trial file lists file names, not paths)
+    # True: the controller kills a running trial silent past backend.heartbeat_timeout. False
+    # where the scheduler enforces the walltime and nodes may have no network (PanDA, Slurm).
+    watch_heartbeats: bool
 
     def submit(self, req: TaskRequest) -> str: ...  # -> handle (external id); idempotent per attempt
     def poll(self, handle: str) -> TaskStatus: ...
     def kill(self, handle: str) -> None: ...
     def close(self) -> None: ...  # stop everything still running (Ctrl-C)
+
+
+class CampaignView(Protocol):
+    """What a :class:`StudyDriver` may read and write of its campaign: the study, its store
+    (trials, epochs), its spec, its state folder, the plan of a trial without a point yet, and
+    the two steps every finished trial goes through, whoever ran it."""
+
+    study: Study
+    store: CampaignStore
+    spec: Spec
+    paths: StudyPaths
+
+    def template_request(self) -> TaskRequest:
+        """The plan of a trial without a point yet (in ``paths.phpo``): what a per-study
+        service fills in for each point it proposes."""
+        ...
+
+    def ingest_spool(self, trial: Trial, spool: Path) -> int:
+        """Record a trial's spooled epoch reports (idempotent)."""
+        ...
+
+    def scores(self, trial: Trial) -> dict[str, Any]:
+        """The trial's ``objective`` (and ``objectives``, ``violations``) from its stored epochs,
+        by the one rule of :mod:`gridml.store.best`."""
+        ...
+
+
+class StudyDriver(Protocol):
+    """A backend whose own service proposes the points and runs them (phpo: iDDS + PanDA)."""
+
+    name: str
+    remote: bool  # as Executor.remote: the service's jobs stage their inputs themselves
+
+    def step(self, campaign: CampaignView) -> bool: ...  # one cycle; True when the study is over
+    def close(self) -> None: ...  # Ctrl-C: the service keeps the study's task (resume follows it)

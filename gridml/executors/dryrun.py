@@ -20,12 +20,13 @@ def render_local(req: TaskRequest) -> dict[str, Any]:
 class DryRunExecutor:
     name = "dryrun"
     remote = False
+    watch_heartbeats = True
 
     def __init__(self, render: Callable[[TaskRequest], dict[str, Any]] = render_local,
-                 remote: bool = False, per_study: bool = False) -> None:
+                 remote: bool = False) -> None:
         self.render = render
-        self.per_study = per_study  # one task for the whole study (phpo): rendered once
         self.remote = remote  # rendering for a remote executor: inputs are not staged here
+        self.watch_heartbeats = not remote  # as the executor it renders for
         self.rendered: list[dict[str, Any]] = []
         self._handles: set[str] = set()
         self._killed: set[str] = set()
@@ -34,8 +35,7 @@ class DryRunExecutor:
         handle = f"dryrun:{req.trial_id}:{req.attempt}"
         if handle not in self._handles:  # idempotent per attempt, like every executor
             self._handles.add(handle)
-            if not (self.per_study and self.rendered):
-                self.rendered.append(self.render(req))
+            self.rendered.append(self.render(req))
         return handle
 
     def poll(self, handle: str) -> TaskStatus:

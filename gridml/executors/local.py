@@ -9,7 +9,6 @@ never starts a trial twice.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from gridml.errors import ExecutorError
 from gridml.executors.base import TaskRequest, TaskStatus
+from gridml.executors.logs import last_error_line, tail
 from gridml.planner import local_payload_command
 
 # torchrun exits 1 whatever its rank's code: the torch payload writes its own code (2 bad trial or
@@ -41,32 +41,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-_NOISE = re.compile(r"^\[\d+\]<(stdout|stderr)>:|^\s*$")
-
-
-def last_error_line(log_tail: str) -> str:
-    """The payload's last words (horovodrun's [rank]<stream>: prefixes removed); the payload's
-    own ``gridml payload error:`` line first (torchrun prints its failure summary after it)."""
-    for line in reversed(log_tail.splitlines()):
-        if "gridml payload error:" in line:
-            return _NOISE.sub("", line).strip()[:300]
-    for line in reversed(log_tail.splitlines()):
-        text = _NOISE.sub("", line).strip()
-        if text and "tensorflow/core" not in text and not text.startswith("To enable the following"):
-            return text[:300]
-    return ""
-
-
 class LocalExecutor:
     name = "local"
     remote = False
+    watch_heartbeats = True  # a local trial silent past backend.heartbeat_timeout is hung
 
     def __init__(self, grace_s: float = 10.0) -> None:
         self.grace_s = grace_s

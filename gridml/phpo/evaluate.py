@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gridml.errors import GridmlError
-from gridml.executors.panda.executor import phpo_outputs
+from gridml.executors.panda import phpo_outputs
 from gridml.planner import payload_command
 from gridml.search.validate import point_problems
 from payloads.runtime import trial as contract

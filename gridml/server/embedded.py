@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from typing import Any, Self
 
 from gridml.errors import StoreError
+from gridml.server.health import wait_healthy
 
 
 class EmbeddedServer:
@@ -52,21 +52,13 @@ class EmbeddedServer:
         return self.url
 
     def _wait(self, timeout: float) -> None:
-        import httpx
+        if not wait_healthy(str(self.url), self._alive, timeout):
+            self.stop()
+            raise StoreError(f"the embedded metrics API did not start on {self.url}",
+                             hint="check the database URL and the log above")
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._thread is not None and not self._thread.is_alive():
-                break
-            try:
-                if httpx.get(f"{self.url}/api/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise StoreError(f"the embedded metrics API did not start on {self.url}",
-                         hint="check the database URL and the log above")
+    def _alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         """Stop serving (waits for the thread) and close the database connections."""

@@ -14,11 +14,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Self
 
 from gridml.errors import StoreError
+from gridml.server.health import wait_healthy
 
 SERVE = ["-m", "gridml.serve"]  # the `gridml serve` command (a process, not an import)
 
@@ -51,20 +51,13 @@ class ServerProcess:
         return self
 
     def _wait(self, timeout: float) -> None:
-        import httpx
+        if not wait_healthy(self.url, self._alive, timeout, pause=0.1):
+            self.stop()
+            raise StoreError(f"`gridml serve` did not come up on {self.url}",
+                             hint=f"see its log {self.log}" if self.log else None)
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                break
-            try:
-                if httpx.get(f"{self.url}/api/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        self.stop()
-        raise StoreError(f"`gridml serve` did not come up on {self.url}",
-                         hint=f"see its log {self.log}" if self.log else None)
+    def _alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
         """SIGKILL the whole process group (a crash, not a shutdown)."""

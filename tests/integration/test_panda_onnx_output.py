@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gridml.executors.panda.executor import client as panda_client
-from gridml.executors.panda.executor import journal
+from gridml.executors.panda import client as panda_client
+from gridml.executors.panda import journal
 from gridml.executors.panda.render import WRAPPER, PandaTask, pack, render_task_params
 from gridml.planner import optional_output_files, output_files
 from gridml.settings import settings

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from gridml import executors
-from gridml.executors.panda.executor import client as panda_client
-from gridml.executors.panda.executor import journal
+from gridml.executors.panda import client as panda_client
+from gridml.executors.panda import journal
 from gridml.executors.panda.render import PandaTask, pack, render_task_params
 from tests.panda_double import PandaDouble
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gridml.executors.panda.executor import phpo_outputs
+from gridml.executors.panda import phpo_outputs
 from gridml.planner import output_name
 from tests.helpers import ROOT, TORCH_PAYLOAD, assert_torch_model_matches_onnx, write_spec
 

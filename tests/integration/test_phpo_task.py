@@ -69,7 +69,7 @@ def test_dry_run_shows_one_phpo_task_built_by_panda_client(dry: dict) -> None:
 
 def test_the_phpo_task_is_accepted_by_the_double(dry: dict, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from gridml.executors.panda.executor import client as pc
+    from gridml.executors.panda import client as pc
 
     task = dry["tasks"][0]
     with PandaDouble(tmp_path / "panda") as panda:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gridml.errors import ChecksumError
-from gridml.executors.panda.executor import phpo_outputs
+from gridml.executors.panda import phpo_outputs
 from gridml.planner import output_files
 
 SOURCE = b"def build_model(hparams, input_shape):\n    return None\n"

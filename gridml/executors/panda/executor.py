@@ -28,8 +28,8 @@ from typing import Any
 
 from gridml.data.base import DataManager
 from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFoundError
-from gridml.executors.panda.executor import client as pc
-from gridml.executors.panda.executor import journal
+from gridml.executors.panda import client as pc
+from gridml.executors.panda import journal
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.panda.outputs import collect_outputs, log_tail
 from gridml.executors.panda.render import PandaTask, render_task_params
@@ -38,6 +38,7 @@ from gridml.executors.panda.request import render_for_request, resolve_nickname,
 __all__ = ["PandaExecutor", "render_for_request", "task_id_of", "trial_state"]
 
 log = logging.getLogger("gridml.executors.panda")
+client = pc  # (tests reach panda-client's wrapper as gridml.executors.panda.executor.client)
 
 # JEDI task states -> trial states (TaskStatus.state). Everything not listed is still "submitted".
 TRIAL_STATE = {
@@ -63,6 +64,7 @@ class PandaExecutor:
 
     name = "panda"
     remote = True
+    watch_heartbeats = False  # PanDA enforces the walltime; worker nodes may have no network
 
     def __init__(self, data: DataManager | None, journal: Path | None = None) -> None:
         self._data = data  # the campaign's data manager: outputs and logs are read through it

@@ -9,29 +9,26 @@ the new attempt, so the retry is noted here with the status it left from.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-JOURNAL = "panda.json"
+from gridml.executors.journal import HandleIndex, TrialJournal
+from gridml.layout import PANDA_JOURNAL
+
+JOURNAL = PANDA_JOURNAL
 RETRY_GRACE_S = 1800.0  # after this long a retry JEDI never acted on counts as refused
+_TRIAL = TrialJournal(JOURNAL)
 
 
 def read(workdir: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads((workdir / JOURNAL).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and "jediTaskID" in doc else None
+    doc = _TRIAL.read(workdir)
+    return doc if doc is not None and "jediTaskID" in doc else None
 
 
 def write(workdir: Path, doc: dict[str, Any]) -> None:
     """Atomically (write, then rename)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    tmp = workdir / f".{JOURNAL}.tmp"
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
-    tmp.replace(workdir / JOURNAL)
+    _TRIAL.write(workdir, doc)
 
 
 def record_task(workdir: Path, task_name: str, task_id: int, attempt: int, server: str) -> None:
@@ -47,22 +44,17 @@ def record_kill(workdir: Path, task_id: int) -> None:
 
 
 def write_task(folder: Path, task_id: int, params: dict[str, Any], output_dir: Path) -> None:
-    """What polling a task needs after a restart: its parameters and the trial's output folder."""
-    path = folder / f"{task_id}.json"
-    if path.exists():
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{task_id}.json.tmp"
-    tmp.write_text(json.dumps({"params": params, "output_dir": str(output_dir)}, sort_keys=True))
-    tmp.chmod(0o600)  # the parameters hold the trial token
-    tmp.replace(path)
+    """What polling a task needs after a restart: its parameters and the trial's output folder
+    (readable by the user only: the parameters hold the trial token)."""
+    HandleIndex(folder, private=True).write_once(task_id, {"params": params,
+                                                           "output_dir": str(output_dir)})
 
 
 def read_task(folder: Path, task_id: int) -> tuple[dict[str, Any], Path] | None:
+    doc = HandleIndex(folder).read(task_id)
     try:
-        doc = json.loads((folder / f"{task_id}.json").read_text())
-        return dict(doc["params"]), Path(doc["output_dir"])
-    except (OSError, ValueError, KeyError):
+        return (dict(doc["params"]), Path(doc["output_dir"])) if doc else None
+    except (KeyError, TypeError, ValueError):
         return None
 
 

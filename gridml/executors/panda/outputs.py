@@ -21,6 +21,7 @@ from typing import Any
 
 from gridml.data.base import DataManager, FileInfo
 from gridml.errors import DataError, ExecutorError, NotFoundError
+from gridml.executors.logs import LINES, tail_of_text
 from gridml.executors.panda.render import exec_string, output_items, panda_did, unpack_option
 
 log = logging.getLogger("gridml.executors.panda")
@@ -76,7 +77,7 @@ def _fetch_as(data: DataManager, did: str, dest: Path) -> None:
         Path(paths[0]).replace(dest)
 
 
-def log_tail(data: DataManager, params: dict[str, Any], task_id: int, lines: int = 30) -> str:
+def log_tail(data: DataManager, params: dict[str, Any], task_id: int, lines: int = LINES) -> str:
     """The last lines of the job's payload log (from the log tarball), or '' when there is none."""
     log = params.get("log")
     if not log:
@@ -96,7 +97,7 @@ def _tail_of_tarball(path: Path, lines: int) -> str:
                 if member.isfile() and member.name.endswith(("payload.log", "payload.stdout")):
                     fh = tar.extractfile(member)
                     text = io.TextIOWrapper(fh, errors="replace").read() if fh else ""
-                    return "\n".join(text.splitlines()[-lines:])
+                    return tail_of_text(text, lines)
     except (tarfile.TarError, OSError) as exc:
         return f"(log tarball {path.name} unreadable: {exc})"
     return ""

@@ -15,11 +15,12 @@ from typing import Any
 
 from gridml import __version__
 from gridml.errors import ExecutorError
-from gridml.executors.panda.executor import client as pc
+from gridml.executors.panda import client as pc
 from gridml.executors.base import TaskRequest
 from gridml.planner import optional_output_files, output_files
 from gridml.executors.panda.render import PandaTask, job_command, render_task_params
 from gridml.executors.panda.sandbox import Sandbox, sandbox_for
+from gridml.layout import SANDBOX
 
 log = logging.getLogger("gridml.executors.panda")
 PLACEHOLDER_NICK = "NICKNAME"
@@ -68,7 +69,7 @@ def task_from_request(req: TaskRequest, nickname: str, *, source_url: str | None
     returns its name there (none: the dry run, which shows the name it will have)."""
     doc = grid_trial_document(req.trial.to_json())
     sandbox = trial_sandbox(req)
-    name = upload(sandbox.write(req.workdir / "sandbox")) if upload else sandbox.name
+    name = upload(sandbox.write(req.workdir / SANDBOX)) if upload else sandbox.name
     command = job_command(doc, None, req.model_file.name, workers=req.workers,
                           controller=req.launcher, gpus=req.gpus, env=req.env, sandbox=name)
     site = req.site

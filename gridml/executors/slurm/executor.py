@@ -39,10 +39,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gridml.errors import ExecutorError
-from gridml.executors.slurm.executor import cli
-from gridml.executors.slurm.executor import journal
+from gridml.executors.slurm import cli, journal
 from gridml.executors.base import TaskRequest, TaskStatus
-from gridml.executors.local import last_error_line, tail
+from gridml.executors.logs import last_error_line, tail
 from gridml.executors.slurm.render import attempt_dir, job_name, render_script
 
 __all__ = ["SlurmExecutor", "job_id_of", "trial_status"]

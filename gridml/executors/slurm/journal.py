@@ -12,30 +12,27 @@ belongs to, so a restarted controller polls its jobs without asking Slurm for an
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-JOURNAL = "slurm.json"
+from gridml.executors.journal import HandleIndex, TrialJournal
+from gridml.layout import SLURM_JOURNAL
+
+JOURNAL = SLURM_JOURNAL
+_TRIAL = TrialJournal(JOURNAL)
 
 
 def read(workdir: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads((workdir / JOURNAL).read_text())
-    except (OSError, ValueError):
-        return {"attempts": {}}
-    if not isinstance(doc, dict) or not isinstance(doc.get("attempts"), dict):
+    doc = _TRIAL.read(workdir)
+    if doc is None or not isinstance(doc.get("attempts"), dict):
         return {"attempts": {}}
     return doc
 
 
 def write(workdir: Path, doc: dict[str, Any]) -> None:
     """Atomically (write, then rename)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    tmp = workdir / f".{JOURNAL}.tmp"
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
-    tmp.replace(workdir / JOURNAL)
+    _TRIAL.write(workdir, doc)
 
 
 def attempt(workdir: Path, number: int) -> dict[str, Any]:
@@ -59,24 +56,14 @@ def find_job(workdir: Path, job_id: str) -> tuple[int, dict[str, Any]] | None:
 
 
 def write_handle(folder: Path | None, job_id: str, workdir: Path, number: int) -> None:
-    if folder is None:
-        return
-    path = folder / f"{job_id}.json"
-    if path.exists():
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{job_id}.json.tmp"
-    tmp.write_text(json.dumps({"workdir": str(workdir), "attempt": number}))
-    tmp.replace(path)
+    HandleIndex(folder).write_once(job_id, {"workdir": str(workdir), "attempt": number})
 
 
 def read_handle(folder: Path | None, job_id: str) -> tuple[Path, int] | None:
-    if folder is None:
-        return None
+    doc = HandleIndex(folder).read(job_id)
     try:
-        doc = json.loads((folder / f"{job_id}.json").read_text())
-        return Path(doc["workdir"]), int(doc["attempt"])
-    except (OSError, ValueError, KeyError):
+        return (Path(doc["workdir"]), int(doc["attempt"])) if doc else None
+    except (KeyError, TypeError, ValueError):
         return None
 
 
