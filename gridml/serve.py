@@ -12,6 +12,7 @@ the number of workers. TLS: run behind a reverse proxy (docs/server.md).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -40,8 +41,17 @@ def serve(
              "reverse proxy, its https:// address")] = None,
     poll: Annotated[float, typer.Option(help="seconds between controller cycles")] = 10.0,
     create_token: Annotated[str | None, typer.Option(
-        envvar="GRIDML_CREATE_TOKEN", show_default=False,
-        help="if set, creating a study needs this bearer token (a group server)")] = None,
+        "--admin-token", "--create-token", envvar=["GRIDML_ADMIN_TOKEN", "GRIDML_CREATE_TOKEN"],
+        show_default=False, help="the admin token creating a study needs (default: the one in "
+        "the token file, or a new one; printed at start)")] = None,
+    admin_token_file: Annotated[Path | None, typer.Option(
+        show_default=False, help="where the admin token is kept, mode 0600 (default: "
+        "$GRIDML_HOME/admin-token)")] = None,
+    allow_anonymous_studies: Annotated[bool, typer.Option(
+        help="also create studies without a token for clients on this machine (only when "
+        "listening on loopback)")] = False,
+    max_body: Annotated[str, typer.Option(
+        help="largest request body taken (larger: 413), e.g. 8MiB, 500kB")] = "8MiB",
 ) -> None:
     """Run the gridml server: metrics API under /api/v1, dashboard at /, metrics at /metrics."""
     import uvicorn
@@ -49,6 +59,17 @@ def serve(
     from gridml.settings import settings
     from gridml.store.sql import open_sql_store
 
+    from gridml.errors import UsageError
+    from gridml.server.admin import creation_policy
+    from gridml.server.limits import parse_size
+
+    try:
+        os.environ["GRIDML_SERVE_MAX_BODY"] = str(parse_size(max_body))
+    except ValueError as exc:
+        raise UsageError(f"--max-body: {exc}") from None
+    create_token, _, who = creation_policy(create_token, admin_token_file,
+                                           allow_anonymous_studies, host)
+    os.environ["GRIDML_SERVE_ANONYMOUS_STUDIES"] = "1" if allow_anonymous_studies else "0"
     url = db or settings().db_url
     open_sql_store(url).close()  # migrate once, before the workers start
     reads = host in LOOPBACK if open_reads is None else open_reads
@@ -58,8 +79,7 @@ def serve(
         os.environ["GRIDML_CREATE_TOKEN"] = create_token
     typer.echo(f"gridml server on http://{host}:{port} (database {_safe(url)}, "
                f"{workers} worker(s), reads {'open' if reads else 'need a token'}, "
-               f"controller {'on' if controller else 'off'}, study creation "
-               f"{'needs the creation token' if create_token else 'open'})")
+               f"controller {'on' if controller else 'off'}, body limit {max_body}); {who}")
     service = _start_controller(url, public_url or f"http://{host}:{port}", poll) \
         if controller else None
     try:

@@ -31,6 +31,33 @@ class Settings:
     def data_backend(self) -> str:
         return os.environ.get("GRIDML_DATA_BACKEND", "local")
 
+    @property
+    def admin_token_file(self) -> Path:
+        """The admin token of `gridml serve` (creating studies needs it), mode 0600;
+        $GRIDML_ADMIN_TOKEN_FILE names another file."""
+        named = os.environ.get("GRIDML_ADMIN_TOKEN_FILE")
+        return Path(named).expanduser() if named else self.home / "admin-token"
+
+
+def read_admin_token(path: Path) -> str | None:
+    """The token kept in ``path`` (its first line), or None where there is none."""
+    try:
+        token = path.read_text().strip().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token[0].strip() if token and token[0].strip() else None
+
+
+def write_admin_token(path: Path, token: str) -> None:
+    """Keep ``token`` in ``path``, readable by this user only (0600, also if it existed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, f"{token}\n".encode())
+    finally:
+        os.close(fd)
+
 
 @cache
 def _cached(home: str) -> Settings:

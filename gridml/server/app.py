@@ -20,6 +20,7 @@ from gridml.errors import GridmlError
 from gridml.server.app_json import SafeJSON
 from gridml.server.errors import ApiError, error_body, status_of
 from gridml.server.fastpath import EpochFastPath
+from gridml.server.limits import DEFAULT_MAX_BODY, MAX_DEPTH, BodyLimits
 from gridml.store.sql import SqlStore
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"
@@ -84,23 +85,33 @@ def validation_body(errors: Any) -> dict[str, Any]:
 
 
 class GridmlAPI(FastAPI):
-    """FastAPI, with the lean path for payloads' epoch reports (``gridml.server.fastpath``)
-    tried before the middleware stack; everything else goes through FastAPI as usual."""
+    """FastAPI behind the body limits (``gridml.server.limits``: size, JSON depth), with the
+    lean path for payloads' epoch reports (``gridml.server.fastpath``) tried before the
+    middleware stack; everything else goes through FastAPI as usual."""
 
     fast: Any = None
+    entry: Any = None  # BodyLimits around fast
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.fast is None:
-            await super().__call__(scope, receive, send)
-        else:
+        if self.entry is not None:
+            await self.entry(scope, receive, send)
+        elif self.fast is not None:
             await self.fast(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
 
 
-def create_app(store: SqlStore, *, open_reads: bool = True,
-               create_token: str | None = None) -> FastAPI:
+def create_app(store: SqlStore, *, open_reads: bool = True, create_token: str | None = None,
+               anonymous_studies: bool | None = None, max_body: int = DEFAULT_MAX_BODY,
+               max_depth: int = MAX_DEPTH) -> FastAPI:
     """The metrics API on ``store``. ``open_reads``: GET routes work without a token (local use,
     dashboard); a ``gridml serve`` for a group turns it off and every read needs a token.
-    ``create_token``: if set, creating a study needs it as bearer token."""
+    ``create_token``: the admin token; creating a study with it as bearer token works.
+    ``anonymous_studies``: creating a study without it works too, for clients on loopback only
+    (default: when there is no admin token, as in the embedded server of `gridml submit`, which
+    listens on 127.0.0.1; `gridml serve` always has a token and passes False unless started
+    with ``--allow-anonymous-studies``). Neither: no study can be created.
+    ``max_body``/``max_depth``: request bodies over that size (413) or JSON nesting (400)."""
     from gridml.server import metrics
     from gridml.server.ingest import EpochBatcher
     from gridml.server.routes import dashboard, studies, system, trials
@@ -111,6 +122,9 @@ def create_app(store: SqlStore, *, open_reads: bool = True,
     app.state.store = store
     app.state.open_reads = open_reads
     app.state.create_token = create_token
+    app.state.anonymous_studies = (not create_token) if anonymous_studies is None \
+        else anonymous_studies
+    app.state.max_body, app.state.max_depth = max_body, max_depth
     app.state.token_cache = {}
     app.state.batcher = EpochBatcher(store)
     for router in (studies.router, trials.router, system.router, dashboard.router):
@@ -118,16 +132,20 @@ def create_app(store: SqlStore, *, open_reads: bool = True,
     _install_errors(app)
     app.add_middleware(metrics.RequestMetrics)
     app.fast = EpochFastPath(partial(FastAPI.__call__, app), app.state)
+    app.entry = BodyLimits(app.fast, max_body=max_body, max_depth=max_depth)
     return app
 
 
 def app_from_env() -> FastAPI:
-    """The factory uvicorn workers call (``gridml serve``): URL and read mode from the env."""
+    """The factory uvicorn workers call (``gridml serve``): URL, read mode, admin token, whether
+    anonymous creation (loopback) is allowed and the body limit, from the env `serve` sets."""
     import os
 
     store = SqlStore(os.environ["GRIDML_SERVE_DB"])  # migrated by `gridml serve` already
     app = create_app(store, open_reads=os.environ.get("GRIDML_SERVE_OPEN_READS") == "1",
-                     create_token=os.environ.get("GRIDML_CREATE_TOKEN") or None)
+                     create_token=os.environ.get("GRIDML_CREATE_TOKEN") or None,
+                     anonymous_studies=os.environ.get("GRIDML_SERVE_ANONYMOUS_STUDIES") == "1",
+                     max_body=int(os.environ.get("GRIDML_SERVE_MAX_BODY") or DEFAULT_MAX_BODY))
     quiet_gc()
     return app
 

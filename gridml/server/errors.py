@@ -41,12 +41,15 @@ class ApiError(Exception):
 # what each error status means, as the OpenAPI document says it; a route names its own
 # meaning where it has one (e.g. 409 on finish)
 MEANING = {
-    400: "the request body is not readable as JSON, or the store refuses the request",
+    400: "the request body is not readable as JSON, nests arrays/objects deeper than 64 "
+         "levels (the server's depth limit), or the store refuses the request",
     401: "no bearer token, or an unknown or revoked one (reads need one when the server "
          "runs with closed reads)",
     403: "the token does not open this study or trial",
     404: "no such study or trial",
     409: "the request conflicts with what is stored",
+    413: "the request body is over the server's size limit (8 MiB unless `gridml serve "
+         "--max-body` says otherwise); `detail` names the limit",
     422: "the request does not validate against this document (`errors` says where)",
     503: "the metrics database is unavailable; retry later",
 }
@@ -54,11 +57,12 @@ MEANING = {
 
 def documented(*codes: int, **meanings: str) -> dict[int | str, dict[str, Any]]:
     """``responses=`` for a route: each error status with the one error body, ``ErrorBody``;
-    503 (the database) is always possible. ``meanings``: ``e409="..."`` overrides a meaning."""
+    413 (the body limits, ``gridml.server.limits``) and 503 (the database) are always possible.
+    ``meanings``: ``e409="..."`` overrides a meaning."""
     from gridml.server.schemas import ErrorBody
 
     out: dict[int | str, dict[str, Any]] = {}
-    for code in sorted({*codes, 503}):
+    for code in sorted({*codes, 413, 503}):
         out[code] = {"model": ErrorBody,
                      "description": meanings.get(f"e{code}", MEANING[code])}
     return out

@@ -73,9 +73,10 @@ class ApiClient:
 
     def create_study(self, name: str, spec: dict[str, Any],
                      spec_hash: str | None = None) -> dict[str, Any]:
-        """Create a study; the reply carries its ``token``, which this client uses from now on
-        (the token it had, e.g. a server's creation token, served only to create it)."""
-        study = self._request("POST", "/api/v1/studies",
+        """Create a study with the server's admin token (:func:`admin_token`); the reply
+        carries the study's ``token``, which this client uses from now on."""
+        study = self._request("POST", "/api/v1/studies", token=admin_token(self.base_url,
+                                                                           self.token),
                               json={"name": name, "spec": spec, "spec_hash": spec_hash})
         self.token = study["token"]
         return study  # type: ignore[no-any-return]
@@ -133,6 +134,47 @@ class ApiClient:
     def should_stop(self, trial: int) -> tuple[bool, str]:
         reply = self._request("GET", f"/api/v1/trials/{trial}/should-stop")
         return bool(reply["stop"]), str(reply["reason"])
+
+
+def admin_token(base_url: str, given: str | None = None) -> str | None:
+    """The admin token to create a study with on the server at ``base_url``: the token this
+    client was given (``gridml --token``), unless it is a study or trial token; else
+    $GRIDML_ADMIN_TOKEN; else, for a server on this machine only, the one `gridml serve`
+    keeps in its token file ($GRIDML_ADMIN_TOKEN_FILE or $GRIDML_HOME/admin-token). The file
+    is never read for another machine's server: its token must not leave this one."""
+    import os
+
+    from gridml.settings import read_admin_token, settings
+
+    if given and not given.startswith(("gms_", "gmt_")):
+        return given
+    if os.environ.get("GRIDML_ADMIN_TOKEN"):
+        return os.environ["GRIDML_ADMIN_TOKEN"].strip()
+    if _on_this_machine(base_url):
+        return read_admin_token(settings().admin_token_file)
+    return None
+
+
+def _on_this_machine(base_url: str) -> bool:
+    """Whether the URL's host is an address of this machine (loopback, or one it can bind)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    host = urlsplit(base_url).hostname
+    if not host:
+        return False
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    for family, _, _, _, addr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                sock.bind((addr[0], 0))
+            return True
+        except OSError:
+            continue
+    return False
 
 
 def _finite(value: float | None) -> float | None:

@@ -39,10 +39,16 @@ def external(space: dict | None = None, max_trials: int = 4) -> dict:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    """`gridml serve`; its admin token (kept in its home's token file) is given to the clients
+    of the module's tests, which run with homes of their own, as GRIDML_ADMIN_TOKEN."""
+    from gridml.settings import read_admin_token, settings
+
     tmp = tmp_path_factory.mktemp("external")
     server = ServerProcess(f"sqlite:///{tmp / 'gridml.db'}", log=tmp / "serve.log",
                            open_reads=False).start()
-    yield server.url
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRIDML_ADMIN_TOKEN", read_admin_token(settings().admin_token_file) or "")
+        yield server.url
     server.stop()
     assert "Traceback" not in (tmp / "serve.log").read_text()
 
@@ -121,7 +127,7 @@ def test_validation_errors_and_405_match_the_document(served):
     threads = doc["components"]["schemas"]["EpochIn"]["properties"]["threads"]["anyOf"][0]
     assert (threads["minimum"], threads["maximum"]) == (0, 10_000_000)
     close = doc["paths"]["/api/v1/studies/{study}/close"]["post"]
-    assert set(close["responses"]) == {"200", "400", "401", "403", "404", "422", "503"}
+    assert set(close["responses"]) == {"200", "400", "401", "403", "404", "413", "422", "503"}
     assert close["responses"]["404"]["content"]["application/json"]["schema"]["$ref"] \
         == "#/components/schemas/ErrorBody"
 

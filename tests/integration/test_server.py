@@ -17,7 +17,8 @@ def test_serve_with_two_workers_and_restart_after_kill(tmp_path, monkeypatch):
     server = ServerProcess(url, workers=2, log=tmp_path / "serve.log").start()
     try:
         owner = ApiClient(server.url, retries=8, backoff=0.1)
-        owner.create_study("served", {"search": {"objective": "val_loss", "space": {}}})
+        owner.create_study("served", {"search": {"algorithm": "external",
+                                                 "objective": "val_loss", "space": {}}})
         trial = owner.enqueue_trial("served", {})
         for n in (1, 2):
             owner.post_epoch(trial["id"], EpochReport(n, {"val_loss": 1.0 / n}, 1.0))
