@@ -16,17 +16,27 @@ from gridml.prepare.spec import PrepSpec
 
 
 def _tasks(spec: PrepSpec, files: list[inp.InputFile], chunks: list[inp.Chunk], keys: list[str],
-           branches: list[str] | None, cache: Path, code: str) -> list[worker.ChunkTask]:
+           cache: Path, code: str) -> list[worker.ChunkTask]:
     m = spec.model
     pad = {k: v.model_dump() for k, v in m.features.pad.items()}
-    return [worker.ChunkTask(
-        key=k, path=str(files[c.file].path), source=files[c.file].source, kind=files[c.file].kind,
-        tree=m.inputs.tree, branches=branches, chunk=c.index, start=c.start, stop=c.stop,
-        digest=files[c.file].digest, module=str(spec.module_path), code=code,
-        function=m.preprocess.function,
-        params=m.preprocess.params, pad=pad, ragged=m.features.ragged,
-        splits=list(m.split.fractions), fractions=list(m.split.fractions.values()),
-        split_key=m.split.key, seed=m.split.seed, cache=str(cache)) for c, k in zip(chunks, keys)]
+    samples = {s.name: s for s in spec.samples}
+    collections = tuple((name, info) for name, info in spec.collection_info().items())
+    pre = m.preprocess
+    tasks = []
+    for c, k in zip(chunks, keys):
+        f = files[c.file]
+        smp = samples[f.sample]
+        tasks.append(worker.ChunkTask(
+            key=k, path=str(f.path), source=f.source, kind=f.kind, tree=smp.tree,
+            branches=read_branches(spec, smp, f.schema), chunk=c.index, start=c.start,
+            stop=c.stop, digest=f.digest, module=str(spec.module_path or ""), code=code,
+            function=pre.function if pre else "", params=pre.params if pre else {}, pad=pad,
+            ragged=m.features.ragged, splits=list(m.split.fractions),
+            fractions=list(m.split.fractions.values()), split_key=m.split.key,
+            seed=m.split.seed, cache=str(cache), sample=smp.name, label=smp.label,
+            weights=spec.explicit_samples, weight_branch=smp.weight_branch,
+            feature_branches=tuple(m.features.branches), collections=collections))
+    return tasks
 
 
 def _compute(pool: Pool, todo: list[worker.ChunkTask], show: bool) -> list[dict[str, Any]]:
@@ -47,7 +57,7 @@ def _compute(pool: Pool, todo: list[worker.ChunkTask], show: bool) -> list[dict[
 def build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], chunks: list[inp.Chunk],
            keys: list[str], ident: list[str], cache: Path, previous: dict[str, Any] | None,
            force: bool, show: bool, result: PrepareResult) -> None:
-    tasks = _tasks(spec, files, chunks, keys, read_branches(spec), cache, ident[0])
+    tasks = _tasks(spec, files, chunks, keys, cache, ident[0])
     summaries = {} if force else {k: s for k in keys if (s := worker.read_summary(cache, k))}
     todo = [t for t in tasks if t.key not in summaries]
     if todo or len(keys) > 1:

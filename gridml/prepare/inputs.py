@@ -29,6 +29,7 @@ class InputFile:
     bytes: int
     entries: int
     schema: dict[str, str]
+    sample: str = ""  # the sample it belongs to ("" for a spec without samples)
 
 
 @dataclass(frozen=True)
@@ -137,15 +138,19 @@ def describe_all(files: list[tuple[Path, str]], fmt: str, tree: str, memo: FileM
 
 
 def check_schema(inputs: list[InputFile], branches: list[str] | None,
-                 required: list[str]) -> list[str]:
+                 required: list[str], sample: str = "") -> list[str]:
     """The columns read (``branches``, or all of the first file's) plus ``required`` must exist
-    with the same type in every file; else SpecError naming the files."""
+    with the same type in every file (of one sample); else SpecError naming the files."""
     if not inputs:
-        raise DataError("no input files", hint="check inputs.files / inputs.dids in the spec")
+        raise DataError(f"sample {sample}: no input files" if sample else "no input files",
+                        hint=f"check samples.{sample}.files / dids in the spec" if sample
+                        else "check inputs.files / inputs.dids in the spec")
     first = inputs[0]
     wanted = list(dict.fromkeys((branches or sorted(first.schema)) + required))
+    fix = (f"fix samples.{sample} (branches, weight_branch), features.branches, collections "
+           "or split.key" if sample else "fix inputs.branches / split.key")
     problems = [f"{first.source}: column {col!r} not found (it has {sorted(first.schema)}); "
-                "fix inputs.branches / split.key" for col in wanted if col not in first.schema]
+                f"{fix}" for col in wanted if col not in first.schema]
     for f in inputs[1:]:
         for col in wanted:
             if col in first.schema and col not in f.schema:

@@ -26,7 +26,7 @@ def locked(out_dir: Path) -> Iterator[None]:
     import fcntl
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / ".lock", "w") as fh:
+    with open(out_dir / ".lock", "a") as fh:  # "a": no truncation, the mtime stays
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -10,6 +10,7 @@ that exists is refused (datasets are immutable once used: pick a new name, e.g. 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,10 @@ def register(out_dir: Path, manifest: dict[str, Any], dataset: str, backend: str
     sets = _wanted(out_dir, manifest, base.name)
     meta = {"gridml_prepare": manifest["name"], "code_hash": manifest["code_hash"],
             "config_hash": manifest["config_hash"], "features": len(manifest["columns"])}
+    if manifest.get("collections"):  # the channel order of every collection, for the payload
+        meta["collections"] = json.dumps(manifest["collections"], sort_keys=True)
+    if manifest.get("classes"):
+        meta["classes"] = json.dumps(manifest["classes"])
     dids: dict[str, str] = {}
     for suffix, files in sets.items():
         did = f"{base}.{suffix}"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gridml.errors import DataError
-from gridml.prepare.spec import PrepSpec
+from gridml.prepare.spec import PrepSpec, SampleSpec
 
 __all__ = ["PrepareError", "PrepareResult", "read_branches"]
 
@@ -31,9 +31,34 @@ class PrepareResult:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
 
 
-def read_branches(spec: PrepSpec) -> list[str] | None:
-    """The columns to read: inputs.branches plus the split key (None: all)."""
+def required_branches(spec: PrepSpec, sample: SampleSpec) -> list[str]:
+    """What must exist in every file of ``sample``: the split key, its weight branch, the
+    spec's feature branches, and without a function the collections' branches (and sort_by)."""
     m = spec.model
-    if m.inputs.branches is None:
+    need = list(m.split.key) + list(m.features.branches)
+    if sample.weight_branch:
+        need.append(sample.weight_branch)
+    if m.preprocess is None:  # else the function may return them (checked per chunk)
+        for c in m.collections.values():
+            need += [*c.branches, *([c.sort_by] if c.sort_by else [])]
+    return list(dict.fromkeys(need))
+
+
+def read_extra(spec: PrepSpec) -> list[str]:
+    """Branches read when a file has them (the collections'), on top of the required ones."""
+    out: list[str] = []
+    for c in spec.model.collections.values():
+        out += [*c.branches, *([c.sort_by] if c.sort_by else [])]
+    return out
+
+
+def read_branches(spec: PrepSpec, sample: SampleSpec | None = None,
+                  schema: dict[str, str] | None = None) -> list[str] | None:
+    """The columns to read from the files of ``sample`` (default: the first): its branches
+    (else inputs.branches) plus what the spec needs of it (None: all)."""
+    sample = sample or spec.samples[0]
+    if sample.branches is None:
         return None
-    return m.inputs.branches + [k for k in m.split.key if k not in m.inputs.branches]
+    extra = [b for b in required_branches(spec, sample) + read_extra(spec)
+             if schema is None or b in schema]
+    return list(dict.fromkeys(sample.branches + extra))

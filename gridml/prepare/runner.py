@@ -21,7 +21,7 @@ from gridml.prepare import inputs as inp
 from gridml.prepare import output
 from gridml.prepare.pool import Pool
 from gridml.prepare.register import register
-from gridml.prepare.result import PrepareResult
+from gridml.prepare.result import PrepareResult, required_branches
 from gridml.prepare.spec import PrepSpec, load_prep_spec
 from gridml.settings import settings
 
@@ -41,7 +41,8 @@ def code_hash(spec: PrepSpec) -> str:
     """Hash of the preprocessing code: the module, its declared neighbours, gridml's format."""
     h = hashlib.sha256(f"gridml-prepare/{FORMAT_VERSION}".encode())
     for path in [spec.module_path, *spec.depends]:
-        h.update(path.read_bytes())
+        if path is not None:  # no function: the hash of gridml's format alone
+            h.update(path.read_bytes())
     return h.hexdigest()[:24]
 
 
@@ -51,14 +52,20 @@ def _hash(obj: Any) -> str:
 
 def _describe(spec: PrepSpec, cache: Path, backend: str, rehash: bool,
               pool: Pool) -> list[inp.InputFile]:
-    """Every input (DIDs staged in), described (changed files over the pool), schema-checked."""
-    m = spec.model.inputs
+    """Every input of every sample (DIDs staged in), described (changed files over the pool),
+    schema-checked per sample: only what the spec asks of a sample must exist in its files."""
+    m = spec.model
     memo = inp.FileMemo(cache / "files.json", rehash=rehash)
-    files = [(p, str(p)) for p in spec.files]
-    files += inp.stage_dids(m.dids, backend, cache / "staged")
-    described = inp.describe_all(files, m.format, m.tree, memo, pool)
+    described: list[inp.InputFile] = []
+    for sample in spec.samples:
+        files = [(p, str(p)) for p in sample.files]
+        files += inp.stage_dids(sample.dids, backend, cache / "staged")
+        found = inp.describe_all(files, m.inputs.format, sample.tree, memo, pool)
+        inp.check_schema(found, sample.branches, required_branches(spec, sample), sample.name)
+        for f in found:
+            f.sample = sample.name
+        described += found
     memo.save()
-    inp.check_schema(described, m.branches, spec.model.split.key)
     return described
 
 
@@ -91,7 +98,8 @@ def _plan_and_build(spec: PrepSpec, pool: Pool, files: list[inp.InputFile], cach
     if not chunks:
         raise DataError(f"{spec.path}: the inputs hold no events", hint="check inputs.files/dids")
     ident = [code_hash(spec), _hash(spec.config())]
-    keys = [_hash([files[c.file].digest, c.start, c.stop, *ident]) for c in chunks]
+    keys = [_hash([files[c.file].digest, c.start, c.stop, *ident]
+                  + ([files[c.file].sample] if files[c.file].sample else [])) for c in chunks]
     result = PrepareResult(out_dir=spec.out_dir, manifest={}, chunks=len(chunks),
                            events=sum(c.stop - c.start for c in chunks))
     previous = output.read_manifest(spec.out_dir)

@@ -6,8 +6,12 @@ whose identity did not change is not written again. Layout of one shard (docs/pr
 
     x (N, F) float32   columns in x.attrs["columns"]      y (N,) float32     [w (N,) float32]
     <name>_values (M,) float32, <name>_lengths (N,) int32  for each ragged feature
+    for each collection <c> with C channels (names in the dataset's attrs["columns"]):
+      padded: <c> (N, L, C) float32, <c>_mask (N, L) uint8, <c>_lengths (N,) int32
+      ragged: <c>_values (M, C) float32, <c>_lengths (N,) int32
     root attrs: split, source, spec, code_hash, config_hash, normalized
                 (and norm_mean, norm_std when normalize: apply; otherwise they are in norm.json)
+                with samples: sample, label, weight_scale; with collections/classes: their JSON
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class ShardPlan:
     members: list[tuple[str, int, int]]  # (piece key, first row, end row) within the piece
     identity: str = ""
     attrs: dict[str, Any] = field(default_factory=dict)
+    file: int = 0  # index of the input file it comes from
 
 
 def norm_constants(summaries: list[dict[str, Any]], split: str, width: int) -> dict[str, Any]:
@@ -49,6 +54,25 @@ def norm_constants(summaries: list[dict[str, Any]], split: str, width: int) -> d
     mean = s / max(n, 1)
     std = np.sqrt(np.maximum(ss / max(n, 1) - mean**2, 0.0))
     return {"split": split, "count": n, "mean": mean.tolist(), "std": std.tolist()}
+
+
+def collection_norm(summaries: list[dict[str, Any]], split: str,
+                    info: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Mean and standard deviation of every collection channel over the real objects of
+    ``split`` (padding left out)."""
+    out = {}
+    for c, cinfo in info.items():
+        width = len(cinfo["columns"])
+        n, s, ss = 0, np.zeros(width), np.zeros(width)
+        for summ in summaries:
+            st = summ["splits"][split].get("collections", {}).get(c)
+            if st and st["count"]:
+                n, s, ss = n + st["count"], s + np.asarray(st["sum"]), ss + np.asarray(st["sumsq"])
+        mean = s / max(n, 1)
+        std = np.sqrt(np.maximum(ss / max(n, 1) - mean**2, 0.0))
+        out[c] = {"columns": cinfo["columns"], "count": n, "mean": mean.tolist(),
+                  "std": std.tolist()}
+    return out
 
 
 def _stem(source: str) -> str:
@@ -67,14 +91,24 @@ def row_bytes(summary: dict[str, Any], split: str) -> float:
     """Bytes of one row of ``split`` in a piece (x, y, w and the ragged values on average)."""
     rows = max(summary["splits"][split]["rows"], 1)
     ragged = sum(4 * v / rows + 4 for v in summary["ragged_values"].values())
+    for c in summary.get("collections", {}).values():
+        if c["layout"] == "padded":
+            ragged += c["max_length"] * (4 * c["channels"] + 1) + 4
+        else:
+            ragged += 4 * c["channels"] * c["objects"] / max(summary["events"], 1) + 4
     return 4 * len(summary["columns"]) + 4 + (4 if summary["weights"] else 0) + ragged
 
 
 def plan(summaries_by_file: list[list[dict[str, Any]]], sources: list[str], splits: list[str],
-         shard_size: int) -> list[ShardPlan]:
-    """Cut every (input file, split) into shards of about ``shard_size`` bytes."""
+         shard_size: int, samples: list[str] | None = None) -> list[ShardPlan]:
+    """Cut every (input file, split) into shards of about ``shard_size`` bytes (named
+    ``<split>-[<sample>.]<file>-NNN.h5``)."""
     plans = []
-    for stem, source, summaries in zip(_stems(sources), sources, summaries_by_file):
+    if samples and any(samples):
+        stems = _stems([f"{smp}.{_stem(src)}" for smp, src in zip(samples, sources)])
+    else:
+        stems = _stems(sources)
+    for file, (stem, source, summaries) in enumerate(zip(stems, sources, summaries_by_file)):
         for split in splits:
             pieces = [(s["key"], s["splits"][split]["rows"]) for s in summaries]
             total = sum(r for _, r in pieces)
@@ -85,7 +119,7 @@ def plan(summaries_by_file: list[list[dict[str, Any]]], sources: list[str], spli
             for j, lo in enumerate(range(0, total, per)):
                 members = _slice(pieces, lo, min(lo + per, total))
                 plans.append(ShardPlan(f"{split}-{stem}-{j:03d}.h5", split, source,
-                                       sum(b - a for _, a, b in members), members))
+                                       sum(b - a for _, a, b in members), members, file=file))
     return plans
 
 
@@ -138,15 +172,28 @@ def write(task: dict[str, Any]) -> dict[str, Any]:
         x = ((x - np.asarray(norm["mean"])) / np.where(std > 0, std, 1.0)).astype(np.float32)
     comp = {"gzip": {"compression": "gzip", "compression_opts": task["level"], "shuffle": True},
             "lzf": {"compression": "lzf", "shuffle": True}, "none": {}}[task["compression"]]
+    scale = task["attrs"].get("weight_scale", 1.0)
+    if "w" in data and scale != 1.0:  # the sample's xsec * lumi / sum of weights, and scale
+        data["w"] = (data["w"].astype(np.float64) * scale).astype(np.float32)
     rows = max(1, min(len(x), CHUNK_BYTES // max(4 * x.shape[1], 1)))
+    collections = task.get("collections") or {}
     with h5py.File(task["tmp"], "w") as fh:
         dx = fh.create_dataset("x", data=x, chunks=(rows, max(x.shape[1], 1)) if x.size else None,
                                **(comp if x.size else {}))
         dx.attrs["columns"] = task["columns"]
         for name, arr in data.items():
+            row = max(arr[:1].nbytes, 1)  # 1-D float32: 2**18 rows, as always
             fh.create_dataset(name.replace(".", "_"), data=arr,
-                              chunks=(min(len(arr), 1 << 18),) if len(arr) else None,
-                              **(comp if len(arr) else {}))
+                              chunks=(max(1, min(len(arr), CHUNK_BYTES // row)), *arr.shape[1:])
+                              if arr.size else None, **(comp if arr.size else {}))
+        for c, info in collections.items():
+            main = fh[c] if info["layout"] == "padded" else fh[f"{c}_values"]
+            main.attrs["columns"] = info["columns"]
+            for k in ("layout", "sort_by", "max_length", "pad_value"):
+                if info.get(k) is not None:
+                    main.attrs[k] = info[k]
+        if collections:
+            fh.attrs["collections"] = json.dumps(collections)
         for k, v in task["attrs"].items():
             fh.attrs[k] = v
         fh.attrs["normalized"] = task["normalize"] == "apply"

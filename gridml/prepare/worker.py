@@ -42,6 +42,12 @@ class ChunkTask:
     split_key: list[str]
     seed: int
     cache: str
+    sample: str = ""  # "" for a spec without samples
+    label: int | None = None  # the sample's label: y of every row
+    weights: bool = False  # always write w (a spec with samples)
+    weight_branch: str | None = None
+    feature_branches: tuple[str, ...] = ()
+    collections: tuple[tuple[str, dict[str, Any]], ...] = ()  # (name, settings), spec order
 
 
 def piece_paths(cache: Path, key: str) -> tuple[Path, Path]:
@@ -91,7 +97,20 @@ def _split_arrays(task: ChunkTask, rows: transform.Rows, events: Any) -> tuple[d
         for r, (values, lengths) in rows.ragged.items():
             arrays[f"{name}.{r}.values"] = values[np.repeat(mask, lengths)]
             arrays[f"{name}.{r}.lengths"] = lengths[mask]
+        cstats = {}
+        for c, parts in rows.collections.items():
+            if "values" in parts:  # ragged: (M, C) values + lengths
+                values = parts["values"][np.repeat(mask, parts["lengths"])]
+                arrays[f"{name}.{c}.values"], real = values, values
+            else:  # padded: (N, L, C) + mask + lengths
+                arrays[f"{name}.{c}"] = parts[""][mask]
+                arrays[f"{name}.{c}.mask"] = parts["mask"][mask]
+                real = arrays[f"{name}.{c}"][arrays[f"{name}.{c}.mask"].astype(bool)]
+            arrays[f"{name}.{c}.lengths"] = parts["lengths"][mask]
+            cstats[c] = _stats(real)
         counts[name] = {"rows": int(mask.sum()), "stats": _stats(rows.x[mask])}
+        if cstats:
+            counts[name]["collections"] = cstats
     return arrays, counts
 
 
@@ -116,9 +135,17 @@ def process(task: ChunkTask) -> dict[str, Any]:
         except Exception as exc:  # a corrupt basket, a truncated file ...
             raise ChunkProblem(f"cannot read events ({readers.one_line(exc)}); the file is "
                                "corrupt or truncated: re-create or re-download it") from None
-        fn = transform.load_function(task.module, task.function, task.code)
-        out = transform.call_user(fn, events, task.params, task.module)
-        rows = transform.to_rows(out, len(events), task.pad, task.ragged)
+        if task.module:
+            fn = transform.load_function(task.module, task.function, task.code)
+            out = transform.call_user(fn, events, task.params, task.module,
+                                      sample=task.sample or None)
+        else:  # no function: x, y, w and the collections come from the spec alone
+            out = {"x": {}}
+        rows = transform.to_rows(out, len(events), task.pad, task.ragged, events=events,
+                                 label=task.label, weights=task.weights,
+                                 weight_branch=task.weight_branch,
+                                 branches=task.feature_branches,
+                                 collections=dict(task.collections))
         arrays, splits = _split_arrays(task, rows, events)
     except ChunkProblem as exc:
         return {**where, "error": str(exc)}
@@ -127,5 +154,10 @@ def process(task: ChunkTask) -> dict[str, Any]:
     summary = {**where, "key": task.key, "events": len(events), "columns": rows.columns,
                "ragged": sorted(rows.ragged), "weights": rows.w is not None, "splits": splits,
                "ragged_values": {r: len(v) for r, (v, _) in rows.ragged.items()}}
+    if task.sample or task.collections or task.weight_branch:  # absent for older specs
+        summary.update(sample=task.sample, sumw=rows.sumw, collections={
+            c: {"objects": int(p["lengths"].sum()), "channels": len(cfg["branches"]),
+                "layout": cfg["layout"], "max_length": cfg.get("max_length")}
+            for (c, cfg), p in zip(task.collections, rows.collections.values())})
     _write(Path(task.cache), task.key, arrays, summary)
     return summary

@@ -96,6 +96,13 @@ def test_module_without_the_function(folder: Path) -> None:
     assert problems[0].startswith(f"{folder / 'prep.yaml'}:7: preprocess.module:")
 
 
+def test_no_inputs_and_no_preprocess_are_refused(folder: Path) -> None:
+    text = GOOD.replace("  files: [data/*.root]\n", "").replace("preprocess:\n  module: prep.py\n", "")
+    problems = _problems(folder, text)
+    assert any(": inputs: files: no inputs" in p for p in problems), problems
+    assert any(": preprocess: missing: give the preprocessing module" in p for p in problems)
+
+
 def test_pad_and_ragged_are_exclusive(folder: Path) -> None:
     text = GOOD.replace("    trk_pt: {length: 4}\n", "    trk_pt: {length: 4}\n  ragged: [trk_pt]\n")
     problems = _problems(folder, text)
@@ -128,4 +135,6 @@ def test_sizes_and_schema() -> None:
         parse_size("big")
     schema = json_schema()
     assert schema["additionalProperties"] is False
-    assert {"name", "inputs", "preprocess", "output"} <= set(schema["required"])
+    # inputs and preprocess are optional since a spec may list `samples` (with labels) instead
+    assert {"name", "output"} <= set(schema["required"])
+    assert {"inputs", "preprocess", "samples", "collections"} <= set(schema["properties"])
