@@ -12,7 +12,8 @@ from statistics import mean
 from typing import Any
 
 from gridml.store import EpochReport, StoreReader, Study, Trial, best_trial
-from gridml.store.best import feasible, objectives_spec, pareto_front, values_of
+from gridml.store.best import feasible, pareto_front, values_of
+from gridml.store.spec import Search, spec_of
 
 INPUT_BOUND = 0.20  # input-wait fraction above which a trial is flagged input-bound
 
@@ -47,7 +48,7 @@ def epoch_rows(epochs: list[EpochReport]) -> list[dict[str, Any]]:
     return [e.to_json() for e in epochs]
 
 
-def _importance(search: dict[str, Any], trials: list[Trial]) -> dict[str, float]:
+def _importance(search: Search, trials: list[Trial]) -> dict[str, float]:
     """{parameter: share} of the objective's variance (fANOVA, gridml.search.importance)."""
     from gridml.search.importance import importance  # lazy: imports Optuna, ~1 s
 
@@ -60,19 +61,20 @@ def study_document(store: StoreReader, study: Study, runs_dir: Path) -> dict[str
     best = best_trial(study, trials)  # (gridml.store.best: the one rule)
     front = {t.id for t in pareto_front(study, trials)}
     plot = runs_dir / study.name / "convergence.png"
-    search = study.spec["search"]
+    spec = spec_of(study)
+    search = spec.search
     return {
         "study": {
             "id": study.id, "name": study.name, "state": study.state,
-            "objective": search["objective"], "direction": search["direction"],
-            "max_trials": search["max_trials"], "n_trials": len(trials),
+            "objective": search.objective, "direction": search.direction,
+            "max_trials": search.max_trials, "n_trials": len(trials),
             "counts": dict(Counter(t.state for t in trials)),
             "best": next((s for s in summaries if best and s["id"] == best.id), None),
-            "output_dataset": study.spec["output"]["dataset"],
+            "output_dataset": spec.output.dataset,
             "convergence_plot": str(plot) if plot.exists() else None,
             "importance": _importance(search, trials),
-            "objectives": [{"metric": m, "direction": d} for m, d in objectives_spec(search)],
-            "constraints": list(search.get("constraints") or []),
+            "objectives": [{"metric": m, "direction": d} for m, d in search.goals()],
+            "constraints": list(search.constraints),
             "pareto": [s for s in summaries if s["id"] in front],  # by trial number
         },
         "trials": summaries,

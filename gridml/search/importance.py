@@ -15,28 +15,28 @@ than ``MIN_TRIALS`` finished trials give ``{}``: too little to say.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import optuna  # third-party: imported by `gridml status`, which shows the shares
 
 from gridml.search.optuna_sampler import OptunaSearcher
 from gridml.search.space import Space
 from gridml.search.study import observations
-from gridml.search.validate import clean
 from gridml.store import Trial
+from gridml.store.best import SearchLike
+from gridml.store.spec import stored_search
 
 MIN_TRIALS = 5
 
 
-def importance(search: dict[str, Any], trials: list[Trial], seed: int = 0) -> dict[str, float]:
+def importance(search: SearchLike, trials: list[Trial], seed: int = 0) -> dict[str, float]:
     """``{parameter: share}`` of the objective's variance, from the finished trials."""
     points, values, _ = observations(trials)
     finite = [(p, v) for p, v in zip(points, values) if v is not None]
     if len(finite) < MIN_TRIALS:
         return {}
-    space = Space({k: clean(v) for k, v in search["space"].items()})  # checked: one validator
-    engine = OptunaSearcher(space, direction=search.get("direction", "minimize"),
-                            sampler="random")
+    search = stored_search(search)
+    space = Space(search.space_dict())  # checked: one validator
+    engine = OptunaSearcher(space, direction=search.direction, sampler="random")
     engine.tell([p for p, _ in finite], [v for _, v in finite])
     study = engine.study(optuna.samplers.RandomSampler(seed=seed), [])
     if len({t.value for t in study.trials}) < 2:

@@ -1,5 +1,8 @@
 """A study's searcher, rebuilt from its stored trials: the one path the controller and the
-server's /ask route share (no optimizer state is ever kept between cycles)."""
+server's /ask route share (no optimizer state is ever kept between cycles).
+
+The ``search`` section is read typed (:class:`gridml.specmodel.Search`); the JSON form a caller may
+still hand in is read as the store reads a stored spec (:func:`gridml.store.spec.stored_search`)."""
 
 from __future__ import annotations
 
@@ -12,10 +15,11 @@ from typing import Any
 from gridml.errors import NotFoundError, SearchError
 from gridml.search import create
 from gridml.search.base import Point
-from gridml.search.validate import clean, point_problems
+from gridml.search.validate import point_problems
 from gridml.store import ACTIVE_STATES, StoreReader, Trial
 from gridml.store import objective_of as objective_of  # re-export: the one rule is the store's
-from gridml.store.best import constraints_of, objectives_spec, values_of
+from gridml.store.best import SearchLike, values_of
+from gridml.store.spec import Search, search_of, stored_search
 
 
 log = logging.getLogger(__name__)
@@ -52,16 +56,15 @@ def vectors(trials: Iterable[Trial], k: int) -> tuple[list[Any], list[Any]]:
     return values, violations
 
 
-def searcher_for(search: dict[str, Any]) -> Any:
-    """The searcher a spec's ``search`` section (JSON form) describes."""
-    space = {name: {k: v for k, v in dim.items() if v is not None} for name, dim in search["space"].items()}
-    directions = [d for _, d in objectives_spec(search)]
-    return create(search.get("algorithm", "bayes"), space, seed=int(search.get("seed") or 0),
+def searcher_for(search: SearchLike) -> Any:
+    """The searcher a spec's ``search`` section describes."""
+    search = stored_search(search)
+    directions = [d for _, d in search.goals()]
+    return create(search.algorithm, search.space_dict(), seed=search.seed,
                   direction=directions[0], **({"directions": directions} if len(directions) > 1
                                               else {}),
-                  **({"constraints": len(search["constraints"])} if search.get("constraints")
-                     else {}),
-                  **(search.get("options") or {}))
+                  **({"constraints": len(search.constraints)} if search.constraints else {}),
+                  **search.options)
 
 
 @dataclass
@@ -75,26 +78,26 @@ class WarmStart:
     skipped: dict[str, int] = field(default_factory=dict)  # study -> points outside the space
 
 
-def warm_start(search: dict[str, Any], store: StoreReader | None) -> WarmStart:
+def warm_start(search: SearchLike, store: StoreReader | None) -> WarmStart:
     """The finished trials of the studies named in ``search.warm_start`` whose points lie in this
     study's space (the others are skipped and counted). They must optimise the same objective in
     the same direction."""
     out = WarmStart()
-    names = search.get("warm_start") or []
+    search = stored_search(search)
+    names = search.warm_start
     if not names:
         return out
     if store is None:
         raise SearchError("search.warm_start: no metrics store to read earlier studies from",
                           hint="run the campaign through gridml submit or gridml serve")
-    space = {k: clean(v) for k, v in search["space"].items()}
+    space = search.space_dict()
     for name in names:
         try:
             other = store.get_study(name)
         except NotFoundError:
             raise SearchError(f"search.warm_start: study {name!r} not found",
                               hint="name a study that `gridml status` lists") from None
-        theirs = other.spec.get("search") or {}
-        mine, yours = objectives_spec(search), objectives_spec(theirs)
+        mine, yours = search.goals(), search_of(other).goals()
         if yours != mine:
             raise SearchError(f"search.warm_start: study {name!r} optimises {_said(yours)}, "
                               f"this one {_said(mine)}",
@@ -112,10 +115,10 @@ def warm_start(search: dict[str, Any], store: StoreReader | None) -> WarmStart:
     return out
 
 
-def initial_points(search: dict[str, Any], searcher: Any, known: list[Point],
+def initial_points(search: SearchLike, searcher: Any, known: list[Point],
                    n: int) -> list[Point]:
     """Up to ``n`` of ``search.initial_points`` not yet told or pending, in the spec's order."""
-    given = [dict(p) for p in search.get("initial_points") or []]
+    given = [dict(p) for p in stored_search(search).initial_points]
     if not given or n <= 0:
         return []
     searcher.space.check(given, "search.initial_points")  # the one validator
@@ -123,15 +126,16 @@ def initial_points(search: dict[str, Any], searcher: Any, known: list[Point],
     return searcher.novel(given, seen, n)
 
 
-def propose(search: dict[str, Any], trials: list[Trial], n: int,
+def propose(search: SearchLike, trials: list[Trial], n: int,
             store: StoreReader | None = None) -> tuple[list[Point], bool]:
     """``n`` new points for a study with these trials; True when the searcher is exhausted.
 
     ``search.initial_points`` come first; finished trials of the ``search.warm_start`` studies
     (read from ``store``) are told to the searcher along with the study's own."""
+    search = stored_search(search)
     searcher = searcher_for(search)
     points, values, pending = observations(trials)
-    k = len(objectives_spec(search))
+    k = len(search.goals())
     if k > 1:
         values = vectors(trials, k)[0]
     warm = warm_start(search, store)
@@ -142,16 +146,16 @@ def propose(search: dict[str, Any], trials: list[Trial], n: int,
     told, told_values = warm.points + points, warm.values + values
     if told:
         searcher.tell(told, told_values, warm.violations + _violations(trials, search)
-                      if search.get("constraints") else None)
+                      if search.constraints else None)
     first = initial_points(search, searcher, told + pending, n)
     proposed = first + searcher.ask(n - len(first), pending=pending + first)
     return proposed, bool(getattr(searcher, "exhausted", False))
 
 
-def _violations(trials: list[Trial], search: dict[str, Any]) -> list[Any]:
+def _violations(trials: list[Trial], search: Search) -> list[Any]:
     """Per finished trial its violations of this study's constraints (None without them; a
     trial stored without violations, e.g. of an earlier study, counts as meeting them)."""
-    n = len(constraints_of(search))
+    n = len(search.parsed_constraints())
     raw = vectors(trials, 1)[1]
     return [None if not n else (list(v)[:n] if v else [0.0] * n) for v in raw]
 

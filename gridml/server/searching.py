@@ -11,15 +11,19 @@ from typing import Any
 
 from gridml.errors import GridmlError, SearchError, SpecError
 from gridml.store import Study
+from gridml.store.spec import Search, spec_of
 from gridml.store.sql import SqlStore
 
 
-def search_section(study: Study) -> dict[str, Any]:
-    search = study.spec.get("search")
-    if not isinstance(search, dict) or not isinstance(search.get("space"), dict):
-        raise SearchError(f"study '{study.name}' has no search.space in its spec",
+def search_section(study: Study) -> Search:
+    """The study's ``search`` section, typed; SearchError without a usable ``search.space``."""
+    spec = spec_of(study)
+    broken = [p for p in spec.problems if p.startswith(("search.space", "search:", "search "))]
+    if "space" not in spec.search.model_fields_set or broken:
+        raise SearchError(f"study '{study.name}' has no search.space in its spec"
+                          + (f" ({broken[0]})" if broken else ""),
                           hint="create the study from a spec with a `search:` section")
-    return search
+    return spec.search
 
 
 def ask(store: SqlStore, study: Study, n: int) -> tuple[list[dict], bool]:
@@ -38,9 +42,9 @@ def ask(store: SqlStore, study: Study, n: int) -> tuple[list[dict], bool]:
 
 def should_stop(store: SqlStore, study: Study, trial_id: int) -> tuple[bool, str]:
     """The early-stopping rule of the study applied to the stored curves."""
-    cfg = study.spec.get("search") or {}
-    rule, metric = cfg.get("early_stopping"), cfg.get("objective")
-    if not rule or not metric:
+    cfg = spec_of(study).search
+    rule, metric = cfg.early_stopping, cfg.objective
+    if not rule or "objective" not in cfg.model_fields_set:  # a study made over the API may lack it
         return False, "no early_stopping rule in the spec"
     try:
         from gridml.search.stopping import decide
@@ -49,8 +53,7 @@ def should_stop(store: SqlStore, study: Study, trial_id: int) -> tuple[bool, str
     curves = {tid: [r.metrics.get(metric, math.nan) for r in reps]
               for tid, reps in store.study_epochs(study.id).items()}
     mine = curves.pop(trial_id, [])
-    return decide(rule, mine, list(curves.values()), cfg.get("direction", "minimize"),
-                  metric=metric)
+    return decide(rule, mine, list(curves.values()), cfg.direction, metric=metric)
 
 
 def validate_hparams(study: Study, hparams: dict[str, Any]) -> None:
@@ -59,8 +62,8 @@ def validate_hparams(study: Study, hparams: dict[str, Any]) -> None:
     from gridml.search.validate import point_problems  # lazy: see the module docstring
 
     search = search_section(study)
-    if not search["space"] and search.get("algorithm") == "external":
+    if not search.space and search.algorithm == "external":
         return  # the external optimizer owns the space: any point (the spec left it out)
-    problems = point_problems(search["space"], hparams)
+    problems = point_problems(search.space_dict(), hparams)
     if problems:
         raise SpecError(problems, hint="send a point inside the study's search.space")

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from gridml.errors import SpecError
 from gridml.spec import checks
 from gridml.spec.loader import read_yaml, validate_model
-from gridml.spec.model import Spec, parse_walltime
+from gridml.specmodel.model import Spec, StoredSpec, parse_walltime, stored_spec
 
-__all__ = ["LoadedSpec", "Spec", "load_spec", "json_schema", "parse_walltime"]
+__all__ = ["LoadedSpec", "Spec", "StoredSpec", "load_spec", "json_schema", "parse_walltime", "stored_spec"]
 
 
 # Spec fields added after the first release, with their defaults: the campaign hash leaves them

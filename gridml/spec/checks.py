@@ -10,13 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gridml import search
+from gridml import fields, search
 from gridml.data.base import parse_did
 from gridml.errors import GridmlError, SearchError, SpecError
 from gridml.search.stopping import validate_early_stopping
 from gridml.spec.loader import Loc, located
-from gridml.spec.model import Spec
-from gridml.store.best import parse_constraint
+from gridml.specmodel.model import Spec
+from gridml.specmodel.constraint import parse_constraint
 
 Problem = tuple[Loc, str]
 
@@ -96,7 +96,8 @@ def check_objective(spec: Spec) -> list[Problem]:
         if s.objectives else [(("search", "objective"), s.objective)])
     named += [(("search", "constraints", i), parse_constraint(c).metric)
               for i, c in enumerate(s.constraints)]
-    return [(loc, p) for loc, name in named if (p := _metric_problem(name, spec))]
+    return ([(loc, p) for loc, name in named if (p := _metric_problem(name, spec))]
+            + fields.spec_problems(spec))  # values bound for batch scripts (gridml.fields)
 
 
 def check_early_stopping(spec: Spec) -> list[Problem]:

@@ -12,22 +12,19 @@
 
 from __future__ import annotations
 
-import math
-import operator
-import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
+from gridml.specmodel import Search
+from gridml.specmodel.constraint import OPS as OPS  # re-exported: the one constraint rule
+from gridml.specmodel.constraint import Constraint as Constraint
+from gridml.specmodel.constraint import parse_constraint as parse_constraint
+from gridml.specmodel.constraint import usable as usable
 from gridml.store.records import EpochReport, Study, Trial
+from gridml.store.spec import search_of, stored_search
 
 T = TypeVar("T")
 DIRECTIONS = ("minimize", "maximize")
-
-
-def usable(value: Any) -> bool:
-    """Whether ``value`` can be an objective: a finite number."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
@@ -40,8 +37,7 @@ def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
 
 
 def direction_of(study: Study) -> str:
-    direction = (study.spec.get("search") or {}).get("direction", "minimize")
-    return direction if direction in DIRECTIONS else "minimize"
+    return search_of(study).direction
 
 
 def pick_best(candidates: Iterable[tuple[Any, int, T]], direction: str) -> T | None:
@@ -62,64 +58,27 @@ def best_trial(study: Study, trials: Iterable[Trial]) -> Trial | None:
 
 
 # ---- several objectives, constraints, the Pareto front ---------------------------------------
-OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
-_CONSTRAINT = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|<|>)\s*"
-                         r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+# A ``search`` argument is the typed section (gridml.specmodel.Search) or its JSON form.
+SearchLike = Search | Mapping[str, Any]
 
 
-@dataclass(frozen=True)
-class Constraint:
-    """``<metric> <op> <number>``: a trial is feasible when its metric (last epoch's finite
-    value, the objective rule) satisfies it."""
-
-    metric: str
-    op: str
-    bound: float
-
-    def violation(self, value: Any) -> float | None:
-        """0.0 when satisfied, else by how much it is missed (> 0); None: metric not reported."""
-        if not usable(value):
-            return None
-        if OPS[self.op](float(value), self.bound):
-            return 0.0
-        return max(abs(float(value) - self.bound), 1e-12)
-
-    def __str__(self) -> str:
-        return f"{self.metric} {self.op} {self.bound:g}"
+def objectives_spec(search: SearchLike) -> list[tuple[str, str]]:
+    """[(metric, direction)] of a ``search`` section: ``objectives`` when given, else the single
+    ``objective``/``direction``."""
+    return stored_search(search).goals()
 
 
-def parse_constraint(text: Any) -> Constraint:
-    """``"inference_ms <= 2"`` -> Constraint; ValueError (with the fix) when malformed."""
-    m = _CONSTRAINT.match(text) if isinstance(text, str) else None
-    if m is None:
-        raise ValueError(f"{text!r} is not a constraint; write '<metric> <op> <number>' with op "
-                         "one of <=, <, >=, > (e.g. 'inference_ms <= 2')")
-    return Constraint(m[1], m[2], float(m[3]))
+def constraints_of(search: SearchLike) -> list[Constraint]:
+    return stored_search(search).parsed_constraints()
 
 
-def objectives_spec(search: dict[str, Any]) -> list[tuple[str, str]]:
-    """[(metric, direction)] of a ``search`` section (JSON form): ``objectives`` when given,
-    else the single ``objective``/``direction``."""
-    many = search.get("objectives") or []
-    if many:
-        return [(str(o["metric"]), o.get("direction") if o.get("direction") in DIRECTIONS
-                 else "minimize") for o in many]
-    direction = search.get("direction", "minimize")
-    return [(str(search.get("objective", "val_loss")),
-             direction if direction in DIRECTIONS else "minimize")]
-
-
-def constraints_of(search: dict[str, Any]) -> list[Constraint]:
-    return [parse_constraint(c) for c in search.get("constraints") or []]
-
-
-def scores_of(epochs: list[EpochReport], search: dict[str, Any]) -> dict[str, Any]:
+def scores_of(epochs: list[EpochReport], search: SearchLike) -> dict[str, Any]:
     """A finished trial's ``objective``, ``objectives`` and ``violations`` (the update_trial
     fields) from its epochs: each metric by the objective rule. ``objectives`` and
     ``violations`` are None for a single-objective study without constraints."""
-    values = [objective_of(epochs, metric) for metric, _ in objectives_spec(search)]
-    constraints = constraints_of(search)
+    typed = stored_search(search)
+    values = [objective_of(epochs, metric) for metric, _ in typed.goals()]
+    constraints = typed.parsed_constraints()
     return {"objective": values[0],
             "objectives": values if len(values) > 1 else None,
             "violations": [c.violation(objective_of(epochs, c.metric)) for c in constraints]
@@ -140,7 +99,7 @@ def pareto_front(study: Study, trials: Iterable[Trial]) -> list[Trial]:
     """The completed, feasible trials with all objectives usable that no other such trial
     dominates (at least as good in every objective, better in one; directions respected), by
     trial number. Equal vectors are all on the front."""
-    signs = [-1.0 if d == "maximize" else 1.0 for _, d in objectives_spec(study.spec.get("search") or {})]
+    signs = [-1.0 if d == "maximize" else 1.0 for _, d in search_of(study).goals()]
     cands: list[tuple[tuple[float, ...], Trial]] = []
     for t in trials:
         vals = values_of(t)

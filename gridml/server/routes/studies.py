@@ -28,6 +28,7 @@ from gridml.server.schemas import (
 )
 from gridml.store import TRIAL_STATES, Study
 from gridml.store.best import pareto_front
+from gridml.store.spec import search_of
 from gridml.store.sql import SqlStore
 
 router = APIRouter(prefix="/api/v1/studies", tags=["studies"])
@@ -95,8 +96,8 @@ def study_importance(study: StudyRef, store: Store, who: Who) -> dict[str, float
     from gridml.search.importance import importance  # lazy: imports Optuna
 
     found = _study(store, study, who)
-    search = found.spec.get("search") or {}
-    if not search.get("space"):
+    search = search_of(found)
+    if not search.space:
         return {}
     return importance(search, store.list_trials(found.id))
 
@@ -178,9 +179,10 @@ def _check_open(store: SqlStore, study: Study) -> None:
     if study.state in ("closed", "finished"):
         raise ConflictError(f"study '{study.name}' is {study.state}: it takes no more trials",
                             hint="create a new study (a new spec name) to run more")
-    search = study.spec.get("search") or {}
-    budget = search.get("max_trials")
-    if search.get("algorithm") == "external" and isinstance(budget, int):
+    search = search_of(study)
+    budget = search.max_trials
+    # a study created over the API without max_trials has no budget here
+    if search.algorithm == "external" and "max_trials" in search.model_fields_set:
         if sum(store.count_trials(study.id).values()) >= budget:
             raise ConflictError(f"study '{study.name}' has all its {budget} trials (max_trials)",
                                 hint="wait for them to finish, then close the study")

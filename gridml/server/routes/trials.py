@@ -23,6 +23,7 @@ from gridml.server.schemas import (
 )
 from gridml.store import FINISHED_STATES, Trial
 from gridml.store.best import scores_of
+from gridml.store.spec import search_of
 
 router = APIRouter(prefix="/api/v1/trials", tags=["trials"])
 TrialId = Annotated[int, Path(ge=1, le=2**31 - 1,
@@ -89,7 +90,7 @@ def finish(trial: TrialId, body: FinishIn, store: Store, who: Who) -> TrialOut:
     if found.state in FINISHED_STATES:
         return TrialOut.of(_repeat_finish(found, body))
     study = store.get_study(found.study_id)
-    scores = scores_of(store.list_epochs(trial), study.spec.get("search") or {})
+    scores = scores_of(store.list_epochs(trial), search_of(study))
     objective = scores.pop("objective") if body.objective is None else body.objective
     scores.pop("objective", None)
     return TrialOut.of(store.update_trial(trial, state=body.state, objective=objective,
