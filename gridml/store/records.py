@@ -14,9 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+# The per-epoch report is the payload's (payloads/runtime/report.py, standard library only): one
+# definition for what rank 0 spools and posts and what the store keeps; null <-> NaN both ways.
+from payloads.runtime.report import EpochReport
+
 TRIAL_STATES = ("queued", "submitted", "running", "completed", "failed", "pruned", "killed")
 ACTIVE_STATES = ("queued", "submitted", "running")
 FINISHED_STATES = ("completed", "failed", "pruned", "killed")
+__all__ = ["ACTIVE_STATES", "FINISHED_STATES", "TRIAL_STATES", "EpochReport", "Study", "Trial"]
 
 
 @dataclass
@@ -52,34 +57,3 @@ class Trial:
     objectives: list[float | None] | None = None  # all objective values (search.objectives)
     violations: list[float | None] | None = None  # per search.constraints: 0 met, > 0 missed by,
     # None not reported (gridml.store.best.feasible)
-
-
-@dataclass
-class EpochReport:
-    """What the payload's rank 0 reports after each epoch (the trial contract)."""
-
-    epoch: int  # 1-based
-    metrics: dict[str, float]  # loss, val_loss, accuracy, val_accuracy ...
-    epoch_time: float  # seconds of wall time for the epoch
-    samples_per_s: float | None = None
-    input_wait_frac: float | None = None  # time blocked on input / epoch time
-    peak_rss_mb: float | None = None
-    threads: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch, "metrics": self.metrics, "epoch_time": self.epoch_time,
-            "samples_per_s": self.samples_per_s, "input_wait_frac": self.input_wait_frac,
-            "peak_rss_mb": self.peak_rss_mb, "threads": self.threads, "extra": self.extra,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> EpochReport:
-        return cls(
-            epoch=int(d["epoch"]), metrics={k: float(v) for k, v in d["metrics"].items()},
-            epoch_time=float(d["epoch_time"]), samples_per_s=d.get("samples_per_s"),
-            input_wait_frac=d.get("input_wait_frac"), peak_rss_mb=d.get("peak_rss_mb"),
-            threads=d.get("threads"), extra=dict(d.get("extra") or {}),
-        )
-

@@ -1,4 +1,5 @@
-"""Keras callbacks of the payload: profile, report (rank 0), checkpoint (rank 0), should-stop.
+"""Keras callbacks of the payload: profile, then the trial core's end of epoch (report and
+checkpoint on rank 0, should-stop on every rank: payloads/runtime/core.py).
 
 Order in ``model.fit(callbacks=...)`` matters: Horovod's MetricAverageCallback first (it averages
 ``logs`` over ranks in place), then :class:`EpochProfiler` (a collective: every rank calls it),
@@ -7,8 +8,6 @@ then :class:`EpochReporter` (rank 0 spools and posts, then every rank learns whe
 
 from __future__ import annotations
 
-import logging
-import math
 import time
 from typing import Any
 from collections.abc import Callable
@@ -16,10 +15,7 @@ from collections.abc import Callable
 from tensorflow import keras
 
 from payloads.runtime import profile
-from payloads.runtime.checkpoint import Checkpointer
-from payloads.runtime.reporter import Reporter
-
-log = logging.getLogger("gridml.payload")
+from payloads.runtime.core import TrialCore
 
 
 class EpochProfiler(keras.callbacks.Callback):
@@ -53,58 +49,15 @@ class EpochProfiler(keras.callbacks.Callback):
         self.last = profile.combine(self.gather(mine), self.samples())
 
 
-def _number(v: Any) -> float | None:
-    """A metric as a JSON number; NaN/inf (a diverged loss) become null, as the API expects."""
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
 class EpochReporter(keras.callbacks.Callback):
-    """Rank 0: build the report, spool + post it, checkpoint; all ranks: stop when told."""
+    """Every rank: hand the epoch to the trial core (rank 0 reports and checkpoints there), and
+    stop training when the core says so."""
 
-    def __init__(self, rank: int, reporter: Reporter | None, profiler: EpochProfiler,
-                 checkpointer: Checkpointer | None, broadcast: Callable[[Any], Any],
-                 ask_stop: bool, extra: Callable[[], dict[str, Any]] | None = None,
-                 costs: dict[str, float] | None = None) -> None:
+    def __init__(self, core: TrialCore, profiler: EpochProfiler,
+                 extra: Callable[[], dict[str, Any]] | None = None) -> None:
         super().__init__()
-        self.costs = dict(costs or {})  # payloads/runtime/costs.py: in every epoch's metrics
-        self.rank, self.reporter, self.profiler = rank, reporter, profiler
-        self.ckpt, self.broadcast, self.ask_stop = checkpointer, broadcast, ask_stop
-        self.extra = extra or dict
-        self.reports: list[dict[str, Any]] = []
-        self.stop_reason: str | None = None
+        self.core, self.profiler, self.extra = core, profiler, extra or dict
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        if self.rank == 0:
-            self._report(epoch + 1, dict(logs or {}))
-        if self.ask_stop and epoch + 1 < int(self.params.get("epochs") or 0):
-            self._maybe_stop(epoch + 1)
-
-    def _report(self, epoch: int, logs: dict[str, Any]) -> None:
-        prof = dict(self.profiler.last)
-        prof["extra"] = {**prof.get("extra", {}), **self.extra()}
-        reason = profile.input_bound_reason(prof, prof["extra"].get("cache"))
-        if reason:
-            prof["extra"]["input_bound"] = reason
-        report = {"epoch": epoch, "metrics": {**{k: _number(v) for k, v in logs.items()},
-                                              **self.costs}, **prof}
-        self.reports.append(report)
-        if self.reporter is not None:
-            self.reporter.report(report)
-        if self.ckpt is not None:
-            self.ckpt.save(self.model, epoch)
-        log.info("epoch %d: %s | %.2fs, %.0f samples/s, input wait %.1f%%", epoch,
-                 " ".join(f"{k}={v}" if v is None else f"{k}={v:.4g}"
-                          for k, v in report["metrics"].items()),
-                 prof.get("epoch_time", 0), prof.get("samples_per_s") or 0,
-                 100 * (prof.get("input_wait_frac") or 0))
-
-    def _maybe_stop(self, epoch: int) -> None:
-        decision = (False, "")
-        if self.rank == 0 and self.reporter is not None:
-            decision = self.reporter.should_stop()
-        stop, reason = self.broadcast(decision)
-        if stop:
-            self.stop_reason = reason or "the server asked to stop"
-            log.info("stopping after epoch %d: %s", epoch, self.stop_reason)
+        if not self.core.end_epoch(epoch + 1, dict(logs or {}), self.profiler.last, self.extra):
             self.model.stop_training = True

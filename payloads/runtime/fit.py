@@ -1,13 +1,16 @@
 """One Keras trial on this rank: set up Horovod and the device, open the data, ``model.fit`` with
-Horovod's and gridml's callbacks, resume from checkpoint, and the outputs."""
+Horovod's and gridml's callbacks; resuming, reporting, should-stop and the outputs go through the
+framework-neutral trial core (payloads/runtime/core.py), given Keras's checkpoint and model files."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from payloads.runtime import callbacks as cbs, costs, gpu, outputs, threads
 from payloads.runtime.checkpoint import Checkpointer
+from payloads.runtime.core import TrialCore, run_guarded
 from payloads.runtime.session import (build_model, gather_threads, make_reporter, open_data,
                                       reader_processes)
 from payloads.runtime.trial import TrialDoc
@@ -24,33 +27,12 @@ def _costs(cfg: TrialDoc, model: Any, data: Any) -> dict[str, float]:
     return measured
 
 
-def _callbacks(cfg: TrialDoc, data: Any, hvd: Any, reporter: Any, ckpt: Any,
-               model_costs: dict[str, float] | None = None) -> list[Any]:
-    import horovod.tensorflow as htf  # the object collectives live here, not in .keras
-
+def _callbacks(data: Any, hvd: Any, htf: Any, core: TrialCore) -> list[Any]:
     per_epoch = data.train.rows_per_epoch * hvd.size()
     profiler = cbs.EpochProfiler(data.loaders, htf.allgather_object, lambda: per_epoch)
-    report = cbs.EpochReporter(
-        hvd.rank(), reporter, profiler, ckpt, lambda obj: htf.broadcast_object(obj, 0),
-        cfg.early_stopping, extra=lambda: {"cache": data.train.cache.stats()}, costs=model_costs)
+    report = cbs.EpochReporter(core, profiler, extra=lambda: {"cache": data.train.cache.stats()})
     return [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
             hvd.callbacks.MetricAverageCallback(), profiler, report]
-
-
-def _resume(cfg: TrialDoc, model: Any, hvd: Any, reporter: Any) -> int:
-    """Restore the newest checkpoint on every rank; returns the number of epochs already done.
-
-    Rank 0 also clears what an earlier attempt left behind: its result.json, and the spooled
-    reports of epochs that will run again (all of them when there is no checkpoint)."""
-    done = 0
-    if cfg.training.options.checkpoint:
-        done = Checkpointer(cfg.output_dir / "checkpoint").restore(model)
-    if hvd.rank() == 0:
-        (cfg.output_dir / "result.json").unlink(missing_ok=True)
-        reporter.spool.truncate_after(done)
-        if done:
-            log.info("resuming after epoch %d from %s", done, cfg.output_dir / "checkpoint")
-    return done
 
 
 def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> tuple[Any, Any]:
@@ -67,15 +49,19 @@ def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> t
 
 def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
                    device: str, policy: str) -> int:
+    import horovod.tensorflow as htf  # the object collectives live here, not in .keras
+
     model = build_model(cfg, data, hvd)
     model_costs = _costs(cfg, model, data) if hvd.rank() == 0 else {}
-    reporter = make_reporter(cfg) if hvd.rank() == 0 else None
-    ckpt = Checkpointer(cfg.output_dir / "checkpoint") if (
-        hvd.rank() == 0 and cfg.training.options.checkpoint) else None
-    start = _resume(cfg, model, hvd, reporter)
+    ckpt = Checkpointer(cfg.output_dir / "checkpoint")
+    core = TrialCore(cfg, hvd.rank(), make_reporter(cfg) if hvd.rank() == 0 else None,
+                     lambda obj: htf.broadcast_object(obj, 0),
+                     restore=lambda: ckpt.restore(model),
+                     save=lambda epoch: ckpt.save(model, epoch), costs=model_costs)
+    start = core.resume()
     epochs = cfg.training.epochs
     train_ds, val_ds = _datasets(data, plan, start, epochs)
-    cb = _callbacks(cfg, data, hvd, reporter, ckpt, model_costs)
+    cb = _callbacks(data, hvd, htf, core)
     if start < epochs:
         model.fit(train_ds, epochs=epochs, initial_epoch=start,
                   steps_per_epoch=data.train.steps_per_epoch, validation_data=val_ds,
@@ -83,30 +69,17 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
                   callbacks=cb, verbose=cfg.training.options.verbose if hvd.rank() == 0
                   else 0)
     if hvd.rank() == 0:
-        _finish(cfg, model, reporter, cb[-1], plan, device, policy, data)
+        profiler = cb[-1].profiler
+
+        def save(out: Path) -> dict[str, Any]:  # model.keras and model.onnx (in provenance)
+            outputs.save_model(model, out, cfg.training.loss, [])
+            return {}
+
+        core.finish(save, lambda: {
+            "threads": plan.as_dict(), "device": device, "precision": policy,
+            "ranks": profiler.last.get("extra", {}).get("ranks"),
+            "cache": data.train.cache.stats()})
     return 0
-
-
-def _finish(cfg: TrialDoc, model: Any, reporter: Any, report_cb: Any, plan: Any,
-            device: str, policy: str, data: Any) -> None:
-    out = cfg.output_dir
-    reporter.close()
-    reports = [r for _, r in sorted(reporter.spool.last_by_epoch().items())]
-    final = reports[-1]["metrics"] if reports else {}
-    epochs_done = reports[-1]["epoch"] if reports else 0
-    pruned = report_cb.stop_reason is not None and epochs_done < cfg.training.epochs
-    outputs.save_model(model, out, cfg.training.loss, [])
-    outputs.plot_curves(reports, out / "curves.png", f"{cfg.study} trial {cfg.trial_number}")
-    runtime = {"threads": plan.as_dict(), "device": device, "precision": policy,
-               "ranks": report_cb.profiler.last.get("extra", {}).get("ranks"),
-               "cache": data.train.cache.stats(), "posted_epochs": reporter.posted,
-               "unposted_epochs": reporter.failed}
-    outputs.write_json(out / "provenance.json", outputs.provenance(cfg, final, runtime))
-    outputs.write_json(out / "result.json", {
-        "state": "pruned" if pruned else "completed", "objective_metrics": final,
-        "epochs": epochs_done, "reason": report_cb.stop_reason})
-    log.info("trial finished (%s) after %d epochs: %s", "pruned" if pruned else "completed",
-             epochs_done, out)
 
 
 def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
@@ -128,15 +101,4 @@ def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
     data = open_data(cfg, hvd.rank(), hvd.size(), procs, gather_threads(plan))
     if hvd.rank() == 0:  # after open_data, which may drop them (unfiltered data)
         log.info("HDF5 reader processes per rank: %d", data.train.processes)
-    try:
-        return fit_and_finish(cfg, plan, data, hvd, device, policy)
-    except Exception:
-        first = data.first_error()
-        if first is not None:  # a reader thread's error is the cause: report it, not the symptom
-            raise first from None
-        raise
-    finally:
-        for ld in data.loaders:
-            ld.close()
-        for s in data.sources:
-            s.close()
+    return run_guarded(data, lambda: fit_and_finish(cfg, plan, data, hvd, device, policy))

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from collections.abc import Callable
 
 log = logging.getLogger("gridml.payload")
 
@@ -78,32 +79,43 @@ def verify_onnx(path: Path, inputs: dict[str, Any], expected: Any, *, rtol: floa
             "onnxruntime": ort.__version__}
 
 
+def export_onnx(path: Path, write: Callable[[Path], tuple[dict[str, Any], Any]]) -> dict[str, Any]:
+    """``model.onnx`` for either framework: ``write(tmp)`` exports the model to ``tmp`` and
+    returns the rows to check it on (input name -> rows) and the trained model's outputs on
+    them; the file is then renamed into place and checked with onnxruntime. A model that cannot
+    be exported leaves no model.onnx and the reason, for provenance: the trial still succeeds."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        inputs, expected = write(tmp)
+        os.replace(tmp, path)
+    except Exception as e:
+        tmp.unlink(missing_ok=True)
+        reason = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        log.warning("model.onnx not written: %s", reason)
+        return {"written": False, "reason": reason}
+    return {"written": True, **verify_onnx(path, inputs, expected)}
+
+
 def save_onnx_keras(model: Any, out: Path, sample: list[Any]) -> dict[str, Any]:
     """``model.onnx`` from a Keras model with tf2onnx (batch axis, and any axis the model left
     open, dynamic), checked with onnxruntime on ``sample`` (rows per model input). The trial
     does not fail when tf2onnx is missing or the model cannot be converted: the reason goes
     to provenance."""
-    import numpy as np
 
-    path, tmp = out / "model.onnx", out / "model.onnx.tmp"
-    try:
+    def write(tmp: Path) -> tuple[dict[str, Any], Any]:
+        import numpy as np
         import tensorflow as tf
         import tf2onnx
 
         spec = tuple(tf.TensorSpec((None, *t.shape[1:]), t.dtype, name=t.name.split(":")[0])
                      for t in model.inputs)
         tf2onnx.convert.from_keras(model, input_signature=spec, opset=17, output_path=str(tmp))
-        os.replace(tmp, path)
         rows = [np.asarray(a) for a in sample]
         expected = model(rows if len(rows) > 1 else rows[0], training=False)
-        expected = np.asarray(expected, dtype=np.float32)
-    except Exception as e:
-        tmp.unlink(missing_ok=True)
-        reason = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
-        log.warning("model.onnx not written: %s", reason)
-        return {"written": False, "reason": reason}
-    return {"written": True, **verify_onnx(path, {f"in{i}": a for i, a in enumerate(rows)},
-                                           expected)}
+        return ({f"in{i}": a for i, a in enumerate(rows)},
+                np.asarray(expected, dtype=np.float32))
+
+    return export_onnx(out / "model.onnx", write)
 
 
 def plot_curves(reports: list[dict[str, Any]], path: Path, title: str) -> Path | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import math
 import os
 import platform
 import socket
@@ -25,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from payloads.runtime import costs, gpu, outputs, profile, threads, torch_model
+from payloads.runtime.core import TrialCore, run_guarded
 from payloads.runtime.checkpoint import Checkpointer
 from payloads.runtime.session import (Data, _input_shape, gather_threads, make_reporter, open_data,
                                       reader_processes)
@@ -175,11 +175,6 @@ def forward(model: Any, x: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return model(*x)
 
 
-def _number(v: Any) -> float | None:
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
 # ---- one trial ---------------------------------------------------------------------------------
 class Trainer:
     def __init__(self, cfg: TrialDoc, plan: threads.ThreadPlan, data: Data, ranks: Dist,
@@ -200,11 +195,14 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
         self.loss_fn = self.user.loss or torch_model.loss_fn(t.loss)
         torch_model.Metrics(list(t.metrics), t.loss, device)  # unknown metric names fail now
-        self.ckpt = TorchCheckpointer(cfg.output_dir / "checkpoint") if t.options.checkpoint else None
-        self.reporter = make_reporter(cfg) if ranks.rank == 0 else None
-        self.start = self._resume()
+        ckpt = TorchCheckpointer(cfg.output_dir / "checkpoint")
+        self.core = TrialCore(
+            cfg, ranks.rank, make_reporter(cfg) if ranks.rank == 0 else None, ranks.broadcast,
+            restore=lambda: ckpt.restore(self.model, self.opt, self.scaler),
+            save=lambda epoch: ckpt.save(self.model, epoch, optimizer=self.opt, scaler=self.scaler),
+            costs=self.costs)
+        self.start = self.core.resume()
         self.ddp = self._wrap()
-        self.stop_reason: str | None = None
         self.last_profile: dict[str, Any] = {}
 
     def _adapt(self) -> None:
@@ -237,16 +235,6 @@ class Trainer:
 
             ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
         return ddp
-
-    def _resume(self) -> int:
-        done = self.ckpt.restore(self.model, self.opt, self.scaler) if self.ckpt else 0
-        if self.reporter is not None:
-            (self.cfg.output_dir / "result.json").unlink(missing_ok=True)
-            self.reporter.spool.truncate_after(done)
-            if done:
-                log.info("resuming after epoch %d from %s", done,
-                         self.cfg.output_dir / "checkpoint")
-        return done
 
     def _autocast(self) -> Any:
         if self.amp_dtype is None:
@@ -318,66 +306,27 @@ class Trainer:
                                     time.process_time() - cpu0)
         per_epoch = self.data.train.rows_per_epoch * self.ranks.size
         self.last_profile = profile.combine(self.ranks.gather(mine), per_epoch)
-        if self.ranks.rank == 0:
-            self._report(epoch + 1, logs)
-        if self.cfg.early_stopping and epoch + 1 < self.cfg.training.epochs:
-            decision = (False, "")
-            if self.ranks.rank == 0 and self.reporter is not None:
-                decision = self.reporter.should_stop()
-            stop, reason = self.ranks.broadcast(decision)
-            if stop:
-                self.stop_reason = reason or "the server asked to stop"
-                log.info("stopping after epoch %d: %s", epoch + 1, self.stop_reason)
-                return False
-        return True
+        return self.core.end_epoch(epoch + 1, logs, self.last_profile, self._extra)
 
-    def _report(self, epoch: int, logs: dict[str, float]) -> None:
-        prof = dict(self.last_profile)
-        cache = self.data.train.cache.stats()
-        prof["extra"] = {**prof.get("extra", {}), "cache": cache, "device": str(self.device),
-                         "precision": self.precision}
-        reason = profile.input_bound_reason(prof, cache)
-        if reason:
-            prof["extra"]["input_bound"] = reason
-        report = {"epoch": epoch, "metrics": {**{k: _number(v) for k, v in logs.items()},
-                                              **self.costs}, **prof}
-        if self.reporter is not None:
-            self.reporter.report(report)
-        if self.ckpt is not None:
-            self.ckpt.save(self.model, epoch, optimizer=self.opt, scaler=self.scaler)
-        log.info("epoch %d: %s | %.2fs, %.0f samples/s, input wait %.1f%%", epoch,
-                 " ".join(f"{k}={v}" if v is None else f"{k}={v:.4g}"
-                          for k, v in report["metrics"].items()),
-                 prof.get("epoch_time", 0), prof.get("samples_per_s") or 0,
-                 100 * (prof.get("input_wait_frac") or 0))
+    def _extra(self) -> dict[str, Any]:
+        """Rank 0: the report's extra fields of the torch loop."""
+        return {"cache": self.data.train.cache.stats(), "device": str(self.device),
+                "precision": self.precision}
 
     # ---- rank 0: the outputs -------------------------------------------------------------------
     def finish(self) -> None:
-        cfg, out = self.cfg, self.cfg.output_dir
-        reporter = self.reporter
-        assert reporter is not None
-        reporter.close()
-        reports = [r for _, r in sorted(reporter.spool.last_by_epoch().items())]
-        final = reports[-1]["metrics"] if reports else {}
-        epochs_done = reports[-1]["epoch"] if reports else 0
-        pruned = self.stop_reason is not None and epochs_done < cfg.training.epochs
-        self.model.eval()
-        save_model_pt(self.model, out, cfg, self.input_shape)
-        onnx = export_onnx(self.model, out / "model.onnx", self._sample_rows(),
-                           list(self.data.train.features), list(cfg.data.ragged))
-        outputs.plot_curves(reports, out / "curves.png", f"{cfg.study} trial {cfg.trial_number}")
-        runtime = {"threads": self.plan.as_dict(), "device": str(self.device),
-                   "precision": self.precision, "ranks": self.ranks.size,
-                   "learning_rate": self.lr, "cache": self.data.train.cache.stats(),
-                   "posted_epochs": reporter.posted, "unposted_epochs": reporter.failed,
-                   "onnx": onnx}
-        outputs.write_json(out / "provenance.json",
-                           outputs.provenance(cfg, final, runtime, versions=versions()))
-        outputs.write_json(out / "result.json", {
-            "state": "pruned" if pruned else "completed", "objective_metrics": final,
-            "epochs": epochs_done, "reason": self.stop_reason})
-        log.info("trial finished (%s) after %d epochs: %s", "pruned" if pruned else "completed",
-                 epochs_done, out)
+        cfg = self.cfg
+
+        def save(out: Path) -> dict[str, Any]:
+            self.model.eval()
+            save_model_pt(self.model, out, cfg, self.input_shape)
+            return {"onnx": export_onnx(self.model, out / "model.onnx", self._sample_rows(),
+                                        list(self.data.train.features), list(cfg.data.ragged))}
+
+        self.core.finish(save, lambda: {
+            "threads": self.plan.as_dict(), "device": str(self.device),
+            "precision": self.precision, "ranks": self.ranks.size, "learning_rate": self.lr,
+            "cache": self.data.train.cache.stats()}, versions=versions())
 
     def _sample_rows(self, n: int = 8) -> tuple[np.ndarray, ...]:
         """A few rows (a batch of the validation data, else of the training data) for the ONNX
@@ -422,8 +371,8 @@ def export_onnx(model: torch.nn.Module, path: Path, sample: tuple[np.ndarray, ..
     xs = tuple(torch.from_numpy(a) for a in sample)
     axes = {f: ({0: "batch", 1: "length"} if f in ragged else {0: "batch"}) for f in features}
     axes["output"] = {0: "batch"}
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+
+    def write(tmp: Path) -> tuple[dict[str, Any], Any]:
         with torch.no_grad():
             expected = model(*xs).float().numpy()
         try:  # the TorchScript exporter: no onnxscript needed, dynamic axes by name
@@ -432,13 +381,9 @@ def export_onnx(model: torch.nn.Module, path: Path, sample: tuple[np.ndarray, ..
         except TypeError:  # a PyTorch without the dynamo switch
             torch.onnx.export(model, xs, str(tmp), input_names=features, output_names=["output"],
                               dynamic_axes=axes, opset_version=17)
-        os.replace(tmp, path)
-    except Exception as e:
-        tmp.unlink(missing_ok=True)
-        reason = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
-        log.warning("model.onnx not written: %s", reason)
-        return {"written": False, "reason": reason}
-    return {"written": True, **outputs.verify_onnx(path, dict(zip(features, sample)), expected)}
+        return dict(zip(features, sample)), expected
+
+    return outputs.export_onnx(path, write)
 
 
 def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
@@ -454,20 +399,12 @@ def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
     data = open_data(cfg, ranks.rank, ranks.size, procs, gather_threads(plan))
     if ranks.rank == 0:  # after open_data, which may drop them (unfiltered data)
         log.info("HDF5 reader processes per rank: %d", data.train.processes)
-    try:
+
+    def train() -> int:
         trainer = Trainer(cfg, plan, data, ranks, device)
         trainer.fit()
         if ranks.rank == 0:
             trainer.finish()
         return 0
-    except Exception:
-        first = data.first_error()
-        if first is not None:
-            raise first from None
-        raise
-    finally:
-        for ld in data.loaders:
-            ld.close()
-        for s in data.sources:
-            s.close()
-        ranks.close()
+
+    return run_guarded(data, train, ranks.close)

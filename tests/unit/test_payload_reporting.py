@@ -120,3 +120,74 @@ def test_should_stop_asks_after_the_report_is_stored(tmp_path: Path, api_server)
     assert 1 in state.epochs
     rep.close()
     assert Reporter(Spool(tmp_path / "n.jsonl"), None).should_stop() == (False, "")
+
+
+# ---- the framework-neutral trial core (payloads/runtime/core.py) ---------------------------------
+def _doc(tmp_path: Path, url: str | None, **changes: object):
+    from payloads.runtime import trial as contract
+
+    model = tmp_path / "mlp.py"
+    model.write_text("def build_model(hparams, input_shape):\n    return None\n")
+    return contract.TrialDoc(
+        study="core", trial_id=5, trial_number=2, hparams={"units": 4}, model_file=model,
+        output_dir=tmp_path / "out", training=contract.Training(epochs=3),
+        data=contract.Data(features=("x",), train=("/d/a.h5",)),
+        api=contract.Api(url=url, token="t") if url else None, **changes)
+
+
+def _profile() -> dict:
+    from payloads.runtime import profile
+
+    return profile.combine([profile.rank_profile(1.0, 0.8, 0.01, 0, 0.5)], 100)
+
+
+def test_core_resumes_reports_checkpoints_and_stops(tmp_path: Path, api_server) -> None:
+    from payloads.runtime.core import TrialCore
+    from payloads.runtime.session import make_reporter
+
+    state, url = api_server
+    state.stop = True
+    cfg = _doc(tmp_path, url, early_stopping=True)
+    cfg.output_dir.mkdir()
+    (cfg.output_dir / "result.json").write_text("{}")  # an earlier attempt's
+    saved: list[int] = []
+    reporter = make_reporter(cfg)
+    for e in (1, 2, 3):
+        reporter.spool.append(_report(e))
+    core = TrialCore(cfg, 0, reporter, lambda obj: obj, restore=lambda: 1, save=saved.append,
+                     costs={"n_params": 7.0})
+    assert core.resume() == 1
+    assert not (cfg.output_dir / "result.json").exists()
+    assert [r["epoch"] for r in reporter.spool.read()] == [1]  # epochs 2, 3 run again
+    assert core.end_epoch(2, {"loss": float("nan")}, _profile(), lambda: {"cache": {}}) is False
+    assert core.stop_reason == "median rule" and saved == [2]
+    assert state.epochs[2]["metrics"] == {"loss": None, "n_params": 7.0}
+    assert reporter.spool.last_by_epoch()[2] == state.epochs[2]  # spooled as posted
+
+    def save_model(out: Path) -> dict:
+        (out / "model.bin").write_bytes(b"m")
+        return {"onnx": {"written": False, "reason": "test"}}
+
+    core.finish(save_model, lambda: {"device": "CPU"}, versions={"framework": "test"})
+    result = json.loads((cfg.output_dir / "result.json").read_text())
+    assert result == {"state": "pruned", "objective_metrics": {"loss": None, "n_params": 7.0},
+                      "epochs": 2, "reason": "median rule"}
+    prov = json.loads((cfg.output_dir / "provenance.json").read_text())
+    assert prov["runtime"]["onnx"]["reason"] == "test" and prov["runtime"]["device"] == "CPU"
+    assert prov["runtime"]["posted_epochs"] == [2] and prov["runtime"]["framework"] == "test"
+
+
+def test_core_on_other_ranks_and_without_checkpoints(tmp_path: Path) -> None:
+    from payloads.runtime.core import TrialCore
+
+    from payloads.runtime import trial as contract
+
+    cfg = _doc(tmp_path, None, early_stopping=True).replace(training=contract.Training(
+        epochs=3, options=contract.TrainingOptions(checkpoint=False)))
+    asked: list[object] = []
+    core = TrialCore(cfg, 1, None, lambda obj: asked.append(obj) or (True, ""),
+                     restore=lambda: 9, save=lambda e: asked.append(("save", e)))
+    assert core.resume() == 0  # no checkpoints kept: nothing restored, start fresh
+    assert core.end_epoch(1, {"loss": 1.0}, {}) is False  # rank 1 builds no report
+    assert asked == [(False, "")] and core.stop_reason == "the server asked to stop"
+    assert core.should_stop(3) is False and len(asked) == 1  # the last epoch asks nothing

@@ -34,7 +34,8 @@ def test_the_torch_path_imports_no_tensorflow_or_horovod() -> None:
             sys.modules[name] = None  # any import of them raises ImportError
         import payloads.train_torch
         from payloads.runtime import (torch_fit, torch_model, reporter, spool, profile,
-                                      checkpoint, outputs, session, inputs, ragged, procreader)
+                                      checkpoint, outputs, session, core, report)
+        from payloads.runtime.pipeline import inputs, ragged, procreader
         assert not any(m.startswith(("tensorflow", "horovod")) for m in sys.modules
                        if sys.modules[m] is not None)
         print("ok")

@@ -41,7 +41,7 @@ def canonical_epoch(report: EpochReport) -> dict[str, Any]:
     body = report.to_json()
     body["metrics"] = {k: float(v) for k, v in sorted(report.metrics.items())}
     for key in NUMBERS:
-        body[key] = _num(body[key])
+        body[key] = _num(getattr(report, key))  # NaN kept (to_json() writes it as null)
     body["threads"] = None if report.threads is None else int(report.threads)
     return body
 
