@@ -6,6 +6,7 @@
 - records and states: ``gridml.store.records``; protocols: ``gridml.store.protocol``
   (``StoreReader`` < ``MetricsStore``; tokens on the side: ``TokenStore``)
 - the one objective / best-trial rule: ``gridml.store.best``
+- a study's spec, typed: ``spec_of(study)`` (``gridml.store.spec``; the models: ``gridml.specmodel``)
 - backends: ``gridml.store.sql`` (SQLAlchemy on SQLite or PostgreSQL, Alembic migrations) and
   ``gridml.store.remote`` (read-only, a `gridml serve` over HTTP); ``open_store`` chooses.
 
@@ -23,9 +24,10 @@ from gridml.store.records import (
     Study,
     Trial,
 )
+from gridml.store.spec import spec_of
 
 __all__ = [
     "ACTIVE_STATES", "FINISHED_STATES", "TRIAL_STATES", "CampaignStore", "EpochReport",
     "MetricsStore", "StoreReader", "Study", "TokenStore", "Trial", "best_trial", "direction_of",
-    "objective_of", "open_store", "pick_best", "usable",
+    "objective_of", "open_store", "pick_best", "spec_of", "usable",
 ]

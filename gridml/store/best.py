@@ -24,7 +24,6 @@ from gridml.store.records import EpochReport, Study, Trial
 from gridml.store.spec import search_of, stored_search
 
 T = TypeVar("T")
-DIRECTIONS = ("minimize", "maximize")
 
 
 def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
@@ -58,18 +57,9 @@ def best_trial(study: Study, trials: Iterable[Trial]) -> Trial | None:
 
 
 # ---- several objectives, constraints, the Pareto front ---------------------------------------
-# A ``search`` argument is the typed section (gridml.specmodel.Search) or its JSON form.
+# A ``search`` argument is the typed section (gridml.specmodel.Search: its ``goals()`` are the
+# objectives, its ``parsed_constraints()`` the constraints) or its JSON form, read as a stored one.
 SearchLike = Search | Mapping[str, Any]
-
-
-def objectives_spec(search: SearchLike) -> list[tuple[str, str]]:
-    """[(metric, direction)] of a ``search`` section: ``objectives`` when given, else the single
-    ``objective``/``direction``."""
-    return stored_search(search).goals()
-
-
-def constraints_of(search: SearchLike) -> list[Constraint]:
-    return stored_search(search).parsed_constraints()
 
 
 def scores_of(epochs: list[EpochReport], search: SearchLike) -> dict[str, Any]:

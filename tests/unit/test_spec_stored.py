@@ -16,7 +16,7 @@ from gridml.errors import SearchError
 from gridml.spec import load_spec
 from gridml.specmodel import Search, Spec, StoredSpec, stored_search, stored_spec
 from gridml.store import EpochReport, Study
-from gridml.store.best import direction_of, objectives_spec, scores_of
+from gridml.store.best import direction_of, scores_of
 from gridml.store.spec import search_of, spec_of
 
 from tests.unit.test_spec import GOOD, write_spec
@@ -93,7 +93,7 @@ def test_the_first_of_several_objectives_is_primary_when_read_back() -> None:
                                      {"metric": "inference_ms"}], "constraints": ["model_mb < 3"]}}
     s = search_of(study(raw))
     assert (s.objective, s.direction) == ("val_auc", "maximize")
-    assert s.goals() == objectives_spec(raw["search"]) == [("val_auc", "maximize"),
+    assert s.goals() == stored_search(raw["search"]).goals() == [("val_auc", "maximize"),
                                                             ("inference_ms", "minimize")]
     epochs = [EpochReport(1, {"val_auc": 0.9, "inference_ms": 2.0, "model_mb": 4.0}, 1.0)]
     assert scores_of(epochs, s) == scores_of(epochs, raw["search"]) == {
