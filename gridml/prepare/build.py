@@ -20,7 +20,7 @@ def _tasks(spec: PrepSpec, files: list[inp.InputFile], chunks: list[inp.Chunk], 
     m = spec.model
     pad = {k: v.model_dump() for k, v in m.features.pad.items()}
     samples = {s.name: s for s in spec.samples}
-    collections = tuple((name, info) for name, info in spec.collection_info().items())
+    collections = tuple((name, c.model_dump()) for name, c in m.collections.items())
     pre = m.preprocess
     tasks = []
     for c, k in zip(chunks, keys):

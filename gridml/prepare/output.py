@@ -44,8 +44,13 @@ def read_manifest(out_dir: Path) -> dict[str, Any] | None:
 
 
 def shard_settings(spec: PrepSpec) -> dict[str, Any]:
-    """How shards are written (a change rewrites them, but reuses every cached piece)."""
-    return spec.model.output.model_dump(include={"shard_size", "compression", "level", "normalize"})
+    """How shards are written (a change rewrites them, but reuses every cached piece): the
+    output settings, and with samples their weight factors (scale, xsec, lumi)."""
+    out = spec.model.output.model_dump(include={"shard_size", "compression", "level", "normalize"})
+    if spec.model.samples:
+        out["weights"] = {name: s.model_dump(include={"scale", "xsec", "lumi"})
+                          for name, s in spec.model.samples.items()}
+    return out
 
 
 def present(out_dir: Path, shard: dict[str, Any]) -> bool:

@@ -98,6 +98,16 @@ def _is_jagged(arr: Any) -> bool:
     return isinstance(content, ak.types.ListType)
 
 
+def _is_list(arr: Any) -> bool:
+    """A list per event, of variable (jagged) or fixed (regular) length."""
+    import awkward as ak
+
+    content = ak.type(arr).content
+    if isinstance(content, ak.types.OptionType):
+        content = content.content
+    return isinstance(content, (ak.types.ListType, ak.types.RegularType))
+
+
 def _no_missing(name: str, arr: Any) -> Any:
     """Option-typed values (e.g. from ak.max) without any None -> plain values."""
     import awkward as ak
@@ -305,13 +315,13 @@ def collection(name: str, cfg: dict[str, Any], picked: Any, n: int) -> dict[str,
     import awkward as ak
 
     where = f"collections.{name}"
-    arrays = [picked(b, where) for b in cfg["branches"]]
-    key = picked(cfg["sort_by"], where) if cfg.get("sort_by") else None
+    arrays = [ak.Array(picked(b, where)) for b in cfg["branches"]]
+    key = ak.Array(picked(cfg["sort_by"], where)) if cfg.get("sort_by") else None
     counts = None
     for b, arr in zip([*cfg["branches"], cfg.get("sort_by")], [*arrays, key]):
         if arr is None:
             continue
-        if ak.Array(arr).ndim != 2 or not _is_jagged(arr):
+        if arr.ndim != 2 or not _is_list(arr):
             raise ChunkProblem(f"{where}: branch {b!r} is {ak.type(arr)}, not one list of numbers "
                                "per event; a collection takes per-object (jagged) branches")
         num = ak.to_numpy(ak.num(arr, axis=1))
