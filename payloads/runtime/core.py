@@ -11,6 +11,11 @@ callbacks.py) and the torch loop (torch_fit.py); each loop keeps only what its f
 - **the end** (:meth:`TrialCore.finish`, rank 0): model files, curves.png, provenance.json and
   result.json; :func:`run_guarded`: a reader thread's error as the cause, and the teardown.
 
+What both loops will gain goes here once: per-epoch metrics beyond the framework's (a metric
+hook, figures of merit, event weights) in :meth:`TrialCore.end_epoch`/:func:`build_report`,
+extra outputs in :meth:`TrialCore.finish`, a checkpoint on a signal through
+:meth:`TrialCore.checkpoint`.
+
 Imports neither TensorFlow nor torch: the frameworks come in as the callables they hand over.
 """
 
