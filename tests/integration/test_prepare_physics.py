@@ -307,3 +307,33 @@ def test_quark_gluon_tracks(tmp_path: Path, gridml_home: Path, layout: str) -> N
         np.testing.assert_array_equal(got["tracks_lengths"], counts)
         want = ak.to_numpy(ak.flatten(tracks[idx], axis=1))
         np.testing.assert_allclose(got["tracks_values"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_no_function_needed(tmp_path: Path, gridml_home: Path) -> None:
+    """A labelled sample, event branches and a collection: a spec alone, no Python written
+    (a Drell-Yan NanoAOD-like file: Muon_pt, Muon_charge jagged, MET_pt per event)."""
+    dy = DATA / "uproot-small-dy-withoffsets.root"
+    _write(tmp_path, "dy.yaml", f"""\
+        name: dy
+        inputs: {{tree: tree, branches: [event]}}
+        samples:
+          dy: {{files: [{dy}], label: 3, scale: 2.5}}
+        features: {{branches: [MET_pt]}}
+        collections:
+          muons: {{branches: [Muon_pt, Muon_charge], sort_by: Muon_pt, max_length: 2}}
+        split: {{fractions: {{train: 1.0}}, key: [event]}}
+        output: {{dir: out}}
+        """)
+    res = run_prepare(tmp_path / "dy.yaml", jobs=1, show_progress=False)
+    assert res.manifest["module"] is None and res.manifest["columns"] == ["MET_pt"]
+    ev = uproot.open(dy)["tree"].arrays(["MET_pt", "Muon_pt", "Muon_charge"], library="np")
+    (shard,) = sorted((tmp_path / "out").glob("*.h5"))
+    with h5py.File(shard) as fh:
+        np.testing.assert_array_equal(fh["x"][:, 0], ev["MET_pt"])  # one shard, file order
+        np.testing.assert_array_equal(fh["y"][:], np.full(len(ev["MET_pt"]), 3.0))
+        np.testing.assert_array_equal(fh["w"][:], np.full(len(ev["MET_pt"]), 2.5))
+        muons, mask = fh["muons"][:], fh["muons_mask"][:]
+    for i, (pt, q) in enumerate(zip(ev["Muon_pt"], ev["Muon_charge"])):
+        order = np.argsort(-pt, kind="stable")[:2]
+        np.testing.assert_array_equal(muons[i, : len(order)], np.stack([pt[order], q[order]], 1))
+        assert mask[i].sum() == len(order) and not muons[i, len(order):].any()
