@@ -50,7 +50,14 @@ def summarize(res: PrepareResult) -> dict[str, Any]:
             "splits": {k: {"rows": v["rows"], "files": len(v["files"])}
                        for k, v in m["splits"].items()},
             "datasets": res.datasets,
-            "timings": {k: round(v, 3) for k, v in res.timings.items()}}
+            "timings": {k: round(v, 3) for k, v in res.timings.items()},
+            **({"collections": {k: {"layout": v["layout"], "columns": v["columns"],
+                                    "max_length": v["max_length"]}
+                                for k, v in m["collections"].items()}}
+               if m.get("collections") else {}),
+            **({"samples": {k: {"label": v["label"], "rows": v.get("rows", {}),
+                                "weight_scale": v["weight_scale"]}
+                            for k, v in m["samples"].items()}} if m.get("samples") else {})}
 
 
 def render(s: dict[str, Any]) -> str:
@@ -61,5 +68,10 @@ def render(s: dict[str, Any]) -> str:
     lines = [f"{head} in {s['seconds']:.2f} s -> {s['out_dir']}",
              f"  {s['features']} features; " + ", ".join(
                  f"{k}: {v['rows']:,} rows in {v['files']} files" for k, v in s["splits"].items())]
+    lines += [f"  collection {k}: {v['layout']}" + (f" to {v['max_length']}" if v["max_length"]
+                                                     else "") + f", channels {v['columns']}"
+              for k, v in s.get("collections", {}).items()]
+    lines += [f"  sample {k}: label {v['label']}, {sum(v['rows'].values()):,} rows, weights x "
+              f"{v['weight_scale']:.4g}" for k, v in s.get("samples", {}).items()]
     lines += [f"  registered {split}: {did}" for split, did in s["datasets"].items()]
     return "\n".join(lines)

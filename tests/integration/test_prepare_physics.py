@@ -19,6 +19,7 @@ import uproot
 
 from gridml.data import open_data_manager
 from gridml.prepare import run_prepare
+from gridml.prepare.cli import render, summarize
 
 skhep_testdata = pytest.importorskip("skhep_testdata", reason="pip install scikit-hep-testdata==0.2.0")
 DATA = Path(skhep_testdata.__file__).parent / "data"
@@ -146,6 +147,10 @@ def test_two_samples_with_muon_collections_labels_and_weights(ws: Path) -> None:
     assert manifest["collections"]["muons_all"]["layout"] == "ragged"
     assert manifest["columns"] == ["entry", "n_mu"]
     assert {s["sample"] for s in manifest["shards"]} == {"hzz", "zmumu"}
+    summary = summarize(res)  # what `gridml prepare --json` prints, and its human form
+    assert summary["collections"]["muons"]["columns"] == MUON
+    assert summary["samples"]["hzz"]["label"] == 1
+    assert "collection muons: padded to 2" in render(summary)
     truncated = 0
     for sample, label in (("hzz", 1), ("zmumu", 0)):
         exp = _expected_muons(sample)
