@@ -183,9 +183,8 @@ def to_rows(out: Any, n_in: int, pad: dict[str, Any], ragged: list[str], *,
     """Check and convert the user function's return value (``out``), completed from ``events``
     with what the spec asks: ``branches`` as x columns, ``label`` as y, the weights (always
     written when ``weights``; times ``weight_branch``) and the ``collections``."""
-    if not isinstance(out, dict) or "x" not in out or ("y" not in out and label is None):
-        keys = "x and y" if label is None else "x"
-        raise ChunkProblem(f"the preprocessing function must return a dict with keys {keys} "
+    if not isinstance(out, dict) or (label is None and ("x" not in out or "y" not in out)):
+        raise ChunkProblem("the preprocessing function must return a dict with keys x and y "
                            f"(got {type(out).__name__}{sorted(out) if isinstance(out, dict) else ''})")
     if label is None:
         n = len(out["y"])
@@ -199,7 +198,8 @@ def to_rows(out: Any, n_in: int, pad: dict[str, Any], ragged: list[str], *,
         n = len(index)
         y = np.full(n, label, dtype=np.float32)
     w = _vector(out, "w", n) if out.get("w") is not None else None
-    xs = out["x"] if isinstance(out["x"], dict) else {"x": out["x"]}
+    xs = out.get("x", {})  # with a label, x may be left out (a collection alone)
+    xs = xs if isinstance(xs, dict) else {"x": xs}
     missing = [r for r in ragged if r not in xs] + [p for p in pad if p not in xs]
     if missing:
         raise ChunkProblem(f"features {missing} are in the spec but not returned in x")

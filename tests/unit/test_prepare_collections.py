@@ -11,7 +11,7 @@ import awkward as ak
 import numpy as np
 import pytest
 
-from gridml.errors import SpecError
+from gridml.errors import DataError, SpecError
 from gridml.prepare import shards, transform
 from gridml.prepare.spec import load_prep_spec
 from gridml.prepare.transform import ChunkProblem
@@ -99,6 +99,13 @@ def test_bad_collections_are_explained(kw: dict[str, Any], says: str) -> None:
     with pytest.raises(ChunkProblem) as info:
         _rows(label=0, **kw)
     assert says in str(info.value)
+
+
+def test_with_a_label_x_and_y_may_be_left_out() -> None:
+    rows = _rows({"collections": {}}, label=1, collections={"trk": PADDED})
+    assert rows.x.shape == (4, 0) and rows.collections["trk"][""].shape == (4, 2, 3)
+    with pytest.raises(ChunkProblem, match="must return a dict with keys x and y"):
+        _rows({"collections": {}})  # no label: y (and x) are needed, as before
 
 
 def test_label_and_returned_y_conflict() -> None:
@@ -245,3 +252,22 @@ def test_the_function_may_return_collection_branches() -> None:
     with pytest.raises(ChunkProblem, match="'nope' not in the input"):
         _rows({"x": {}, "collections": {"trk": made}}, label=0,
               collections={"trk": {**PADDED, "branches": ["pt", "nope"]}})
+
+
+def test_sample_weight_factors(folder: Path) -> None:
+    from gridml.prepare.commit import sample_weights
+    from gridml.prepare.inputs import InputFile
+
+    spec = _load(folder, SPEC.replace("    scale: 0.5\n", "    scale: 0.5\n    xsec: 3.0\n"
+                                      "    lumi: 4.0\n"))
+    files = [InputFile(p, str(p), "root", "d", "a", 1, 10, {}, sample=s)
+             for p, s in zip(spec.files, ("sig", "bkg"))]
+    chunks = [[{"events": 6, "sumw": 2.5}, {"events": 4, "sumw": -0.5}],  # negative weights count
+              [{"events": 10}]]  # no weight_branch: the events are the sum
+    out = sample_weights(spec, files, chunks)
+    assert out["sig"]["sum_weights"] == 2.0 and out["sig"]["events"] == 10
+    assert out["sig"]["weight_scale"] == pytest.approx(2.0 * 10 / 2.0)
+    assert out["bkg"]["weight_scale"] == pytest.approx(0.5 * 3.0 * 4.0 / 10)
+    chunks[0][1]["sumw"] = -2.5
+    with pytest.raises(DataError, match="sample sig: the generator weights .gw. sum to 0"):
+        sample_weights(spec, files, chunks)
