@@ -20,6 +20,7 @@ from gridml.data.base import adler32_file
 from gridml.data.cli import data_app
 from gridml.data.rucio import RucioStore
 from gridml.errors import DataError, NotFoundError, UsageError
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
@@ -191,7 +192,7 @@ def test_server_stopped_mid_upload_then_restarted(rucio_store: RucioStore, rucio
     worker.start()
     _wait_for_first_file(rucio_env, uid)
     rucio_env.stop()  # mid-upload: at least one file done, others not
-    time.sleep(1.0)
+    time.sleep(1.0)  # the outage itself (not a wait for something): uploads meet a dead server
     rucio_env.start()
     worker.join(120)
     assert result.get("ok") is True, result
@@ -213,11 +214,7 @@ def _try(fn, *args) -> object:  # type: ignore[no-untyped-def]
 
 
 def _wait_for_first_file(server: RucioServer, uid: str, timeout: float = 60) -> None:
-    end = time.time() + timeout
     root = Path(server.info["state"]) / "rse" / server.info["rse"]
-    while time.time() < end:
-        if any(p.name.startswith(uid) and not p.name.endswith(".rucio.upload")
-               for p in root.rglob(f"{uid}*")):
-            return
-        time.sleep(0.02)
-    raise AssertionError("the upload never started")
+    wait_for(lambda: any(p.name.startswith(uid) and not p.name.endswith(".rucio.upload")
+                         for p in root.rglob(f"{uid}*")), timeout, "the upload to start",
+             interval=0.02)
