@@ -11,7 +11,9 @@ examples/preprocess.py with padding to 8 constituents, 31 features) it measures:
      worker's, read from /proc as the pool shuts down). A control prints the speedup of a pure CPU-bound
      task through the same pool at that moment: on a shared machine that, not the core count,
      bounds what -j N can give;
-  2. a re-run with nothing changed (goal < 1 s), in-process and as a `gridml prepare` command;
+  2. a re-run with nothing changed (goal < 1 s), in-process and as a `gridml prepare` command
+     (the figure lives here only: tests/integration/test_prepare.py checks that such a re-run
+     computes and writes nothing, not its time);
   3. a re-run after one of the files got new content (goal: about 1/files of the full run);
   4. a re-run after one file was only touched (mtime): re-hashed, nothing recomputed.
 """
