@@ -13,7 +13,9 @@ from gridml.server import metrics, searching
 from gridml.server.app_json import SafeJSON
 from gridml.errors import ConflictError
 from gridml.server.deps import Principal, Store, Who, can_read_study, can_write_study
+from gridml.server.admin import is_loopback
 from gridml.server.errors import ApiError, documented
+from gridml.server.specs import check_spec
 from gridml.server.schemas import (
     AskOut,
     EpochOut,
@@ -43,13 +45,22 @@ def _study(store: Store, ref: str, who: Principal, write: bool = False) -> Study
 
 
 @router.post("", status_code=201, response_model=StudyCreated,
-             responses=documented(400, 401, 409, 422, e401="this server creates studies only "
-                                  "with its creation token (`gridml serve --create-token`)",
-                                  e409="a study with this name exists"))
+             responses=documented(400, 401, 403, 409, 422, e401=(
+                 "no admin token, or a wrong one: this server creates studies only with its "
+                 "admin token (printed by `gridml serve`, kept in its 0600 token file)"),
+                 e403="this server takes no new studies (it has no admin token)",
+                 e409="a study with this name exists", e422=(
+                 "the body does not validate, or the spec does not (checked as `gridml "
+                 "validate` checks one; `detail` names each field)")))
 def create_study(body: StudyCreate, store: Store, request: Request) -> StudyCreated:
     """Create a study from a (resolved) spec; the study token is in the reply, once.
-    A server started with a creation token (`gridml serve --create-token`) requires it."""
+    Needs the server's admin token as bearer token (`gridml serve` prints it); a server on
+    loopback started with `--allow-anonymous-studies` (or the embedded server of `gridml
+    submit`) also takes none from this machine. The spec is checked as `gridml validate` checks
+    one (a partial spec, e.g. only `search`, is checked section by section): 422 names each
+    problem's field."""
     _check_create_token(request)
+    check_spec(body.spec)
     spec_hash = body.spec_hash or hashlib.sha256(
         json.dumps(body.spec, sort_keys=True).encode()).hexdigest()
     study = store.create_study(body.name, body.spec, spec_hash)
@@ -57,13 +68,24 @@ def create_study(body: StudyCreate, store: Store, request: Request) -> StudyCrea
 
 
 def _check_create_token(request: Request) -> None:
-    expected = request.app.state.create_token
-    if not expected:
-        return
+    """The admin token, or (anonymous creation allowed) a client on loopback."""
+    state = request.app.state
+    expected: str | None = state.create_token
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), expected):
-        raise ApiError(401, "this server creates studies only with its creation token",
-                       hint="pass it with `gridml --token TOKEN submit ...`")
+    given = token.strip() if scheme.lower() == "bearer" else ""
+    if expected and given and hmac.compare_digest(given.encode(), expected.encode()):
+        return
+    if state.anonymous_studies and is_loopback(request.client.host if request.client else None):
+        return
+    if not expected:
+        raise ApiError(403, "this server takes no new studies: it has no admin token",
+                       hint="start it with `gridml serve` (which makes one), or on loopback "
+                            "with --allow-anonymous-studies")
+    raise ApiError(401, "this server creates studies only with its admin token (the creation "
+                   "token)" + ("; that token is not it" if given else ""),
+                   hint="`gridml serve` printed it and keeps it in its token file "
+                        "($GRIDML_HOME/admin-token); send it with `gridml --token TOKEN submit "
+                        "...` or GRIDML_ADMIN_TOKEN=TOKEN")
 
 
 @router.get("", response_model=list[StudyOut], responses=documented(400, 401))
