@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
-from payloads.runtime import outputs, profile
+from payloads.runtime import figures, outputs, profile
+from payloads.runtime.errors import PayloadFailure
 from payloads.runtime.report import EpochReport
 from payloads.runtime.trial import TrialDoc
 
@@ -53,6 +54,139 @@ def build_report(epoch: int, logs: dict[str, Any], prof: dict[str, Any],
         threads=prof.get("threads"), extra=more)
 
 
+class ValidationFigures:
+    """The figures of merit of the validation pass (payloads/runtime/figures.py), both
+    frameworks: each rank histograms its scores (:meth:`histograms`); the loop sums the
+    histograms over ranks (one all-reduce) and hands them to :meth:`metrics`, with every rank's
+    (labels, probabilities, weights) when the model file has a ``metrics`` hook. The last
+    epoch's histograms make the artifacts (:meth:`TrialCore.finish`).
+
+    ``output``: what the model returns, ``logit`` (torch, cross-entropy losses) or
+    ``probability`` (Keras); ``hook``: the model file's ``metrics(y_true, y_score, weights)``.
+    """
+
+    def __init__(self, cfg: TrialDoc, output: str, hook: Callable[..., Any] | None,
+                 hook_names: list[str]) -> None:
+        self.cfg, self.output, self.hook, self.hook_names = cfg, output, hook, hook_names
+        self.names = [m for m in cfg.training.metrics if figures.is_figure(m)]
+        self.n_classes = 0
+        self.disc: figures.Discriminant | None = None
+        self.hist: Any = None
+
+    @property
+    def logits(self) -> bool:
+        return self.output == "logit"
+
+    def setup(self, n_outputs: int) -> None:
+        """The classes from the model's outputs (1 output: two classes)."""
+        if self.disc is None:
+            self.n_classes = 2 if n_outputs <= 1 else int(n_outputs)
+            try:
+                self.disc = figures.Discriminant(self.cfg.training.discriminant, self.n_classes)
+            except ValueError as e:
+                raise PayloadFailure(str(e), code=2) from None
+
+    def histograms(self, scores: Any, y: Any, w: Any) -> Any:
+        """(n_classes, BINS) weighted histograms of this rank's raw outputs ``scores``."""
+        import numpy as np
+
+        scores = np.asarray(scores)
+        self.setup(1 if scores.ndim == 1 else scores.shape[-1])
+        assert self.disc is not None
+        d = figures.discriminant(scores, self.disc, self.logits)
+        return figures.histograms(d, figures.classes(y, scores.shape[-1] if scores.ndim > 1
+                                                     else 1), w, self.n_classes)
+
+    def probabilities(self, scores: Any) -> Any:
+        """The hook's y_score: the outputs as probabilities."""
+        import numpy as np
+
+        s = np.asarray(scores, dtype=np.float64)
+        if not self.logits:
+            return s
+        if s.ndim == 1 or s.shape[-1] == 1:
+            return 1 / (1 + np.exp(-s))
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def metrics(self, hist: Any, gathered: list[tuple[Any, Any, Any]] | None) -> dict[str, float]:
+        """``val_<name>`` of the requested figures from the merged ``hist``, and of the hook's
+        results over ``gathered`` (every rank's (labels, raw outputs, weights); rank 0)."""
+        import numpy as np
+
+        self.hist = hist
+        assert self.disc is not None or hist is None
+        out = ({f"val_{k}": v for k, v in figures.figures(hist, self.disc, self.names).items()}
+               if self.disc is not None else {})
+        if self.hook is not None and gathered:
+            y = np.concatenate([g[0] for g in gathered])
+            s = np.concatenate([g[1] for g in gathered])
+            w = np.concatenate([g[2] for g in gathered])
+            got = self.hook(y, self.probabilities(s), w)
+            if not isinstance(got, dict):
+                raise PayloadFailure(f"model file {self.cfg.model_file}: metrics(y_true, "
+                                     f"y_score, weights) returned {type(got).__name__}, not a "
+                                     "dict of name: number", code=2)
+            missing = [n for n in self.hook_names if n not in got]
+            if missing:
+                raise PayloadFailure(f"model file {self.cfg.model_file}: metrics(...) returned "
+                                     f"no {missing[0]!r} (training.metrics names it)", code=2)
+            out.update({f"val_{k}": float(v) for k, v in got.items()})
+        return out
+
+    def write(self, out: Path, title: str) -> None:
+        """roc.json, roc.png, scores.png from the last epoch's merged histograms."""
+        if self.hist is None or self.disc is None:
+            return
+        levels = sorted({50, 70, 90} | {round(100 * (figures.rejection_level(n) or 0))
+                                         for n in self.names if figures.rejection_level(n)})
+        figures.write_artifacts(out, self.hist, self.disc, levels, title, self.output)
+
+
+def metric_hook(cfg: TrialDoc, module: Any, known: tuple[str, ...]) -> tuple[
+        Callable[..., Any] | None, list[str], list[str]]:
+    """(the model file's ``metrics`` hook, the training.metrics names it gives, the names left
+    for the framework): a name that is neither the framework's (``known``) nor a figure of merit
+    must come from the hook; without one it is refused in one line."""
+    hook = getattr(module, "metrics", None) if module is not None else None
+    if hook is not None and not callable(hook):
+        raise PayloadFailure(f"model file {cfg.model_file}: metrics is not a function; define "
+                             "metrics(y_true, y_score, weights) or remove it", code=2)
+    framework, from_hook = [], []
+    for m in cfg.training.metrics:
+        if m.lower() in known:
+            framework.append(m)
+        elif not figures.is_figure(m):
+            from_hook.append(m)
+    if from_hook and hook is None:
+        raise PayloadFailure(
+            f"training.metrics: '{from_hook[0]}' is not known to the {cfg.training.framework} "
+            f"payload; use {', '.join(known)}, rejection_at_NN, or define metrics(y_true, "
+            f"y_score, weights) returning it in the model file", code=2)
+    return hook, from_hook, framework
+
+
+def weight_factors(cfg: TrialDoc, labels: Any, weights: Any, n_classes: int) -> Any:
+    """Per-class factors (training.class_weights) and the event weights' normalisation: the
+    training weights times their class factor, divided by their mean over the training set,
+    average 1, so a weighted loss averaged over a batch estimates the weighted mean loss
+    (negative weights allowed). Returns (class factors or None, scale)."""
+    import numpy as np
+
+    cls = figures.classes(labels, 1 if n_classes <= 2 else n_classes)
+    try:
+        cw = figures.class_weights(cfg.training.class_weights, cls, weights, n_classes)
+    except ValueError as e:
+        raise PayloadFailure(str(e), code=2) from None
+    w = np.ones(len(cls)) if weights is None else np.asarray(weights, np.float64).reshape(-1)
+    eff = w * (cw[np.clip(cls, 0, len(cw) - 1)] if cw is not None else 1.0)
+    mean = float(eff.mean()) if len(eff) else 1.0
+    if not mean > 0:
+        raise PayloadFailure(f"data.weights: the training weights average {mean:g} (times "
+                             "their class weights); their sum must be positive", code=3)
+    return cw, 1.0 / mean
+
+
 class TrialCore:
     """One trial's bookkeeping on this rank. Rank 0 holds the reporter and writes; every rank
     resumes and learns whether to stop.
@@ -66,8 +200,10 @@ class TrialCore:
     def __init__(self, cfg: TrialDoc, rank: int, reporter: Reporter | None,
                  broadcast: Callable[[Any], Any], *, restore: Callable[[], int] | None = None,
                  save: Callable[[int], Any] | None = None,
-                 costs: dict[str, float] | None = None) -> None:
+                 costs: dict[str, float] | None = None,
+                 figures: ValidationFigures | None = None) -> None:
         self.cfg, self.rank, self.reporter, self.broadcast = cfg, rank, reporter, broadcast
+        self.figures = figures
         self._restore, self._save = restore, save
         self.costs = dict(costs or {})
         self.checkpoints = bool(cfg.training.options.checkpoint)
@@ -144,9 +280,14 @@ class TrialCore:
         epochs_done = reports[-1]["epoch"] if reports else 0
         pruned = self.stop_reason is not None and epochs_done < cfg.training.epochs
         saved = save_model(out)
-        outputs.plot_curves(reports, out / "curves.png", f"{cfg.study} trial {cfg.trial_number}")
+        title = f"{cfg.study} trial {cfg.trial_number}"
+        outputs.plot_curves(reports, out / "curves.png", title)
+        kind = self.figures.output if self.figures is not None else None
+        if self.figures is not None:
+            self.figures.write(out, f"{title} (validation)")
+            outputs.onnx_metadata(out / "model.onnx", {"gridml.output": kind or ""})
         used = {**runtime(), **saved, "posted_epochs": reporter.posted,
-                "unposted_epochs": reporter.failed}
+                "unposted_epochs": reporter.failed, "output": kind}
         outputs.write_json(out / "provenance.json",
                            outputs.provenance(cfg, final, used, versions=versions))
         state = "pruned" if pruned else "completed"

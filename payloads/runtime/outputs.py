@@ -96,6 +96,28 @@ def export_onnx(path: Path, write: Callable[[Path], tuple[dict[str, Any], Any]])
     return {"written": True, **verify_onnx(path, inputs, expected)}
 
 
+def onnx_metadata(path: Path, props: dict[str, str]) -> bool:
+    """Add ``props`` to ``path``'s metadata_props (e.g. ``gridml.output``: logit |
+    probability), when the file exists and onnx is importable; False otherwise."""
+    if not path.is_file():
+        return False
+    try:
+        import onnx
+    except ImportError:
+        return False
+    model = onnx.load(str(path))
+    have = {p.key: p for p in model.metadata_props}
+    for k, v in props.items():
+        if k in have:
+            have[k].value = v
+        else:
+            model.metadata_props.add(key=k, value=v)
+    tmp = path.with_name(path.name + ".tmp")
+    onnx.save(model, str(tmp))
+    os.replace(tmp, path)
+    return True
+
+
 def save_onnx_keras(model: Any, out: Path, sample: list[Any]) -> dict[str, Any]:
     """``model.onnx`` from a Keras model with tf2onnx (batch axis, and any axis the model left
     open, dynamic), checked with onnxruntime on ``sample`` (rows per model input). The trial

@@ -34,27 +34,93 @@ class Data:
         return next((ld.error for ld in self.loaders if ld.error is not None), None)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """The model's inputs as found in the files (:func:`layout`): ``features`` in the order the
+    model receives them (each collection followed by its mask), the ragged ones, the masks made
+    from ragged lengths, and the views {name: (collection, channel indices)}."""
+
+    features: tuple[str, ...]
+    ragged: tuple[str, ...]
+    ragged_masks: tuple[str, ...] = ()
+    views: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
+
+
+def layout(cfg: TrialDoc) -> Layout:
+    """How ``cfg.data`` maps onto the first training file: a collection ``c`` is padded (``c``
+    and ``c_mask`` stored) or ragged (``c_values`` + ``c_lengths``: padded per batch, its mask
+    made from the lengths); a name that is neither is a plain feature (no mask). A view takes
+    the channels it names (the collection's ``columns`` attribute) of its collection."""
+    d = cfg.data
+    if not d.collections and not d.views:
+        return Layout(tuple(d.features), tuple(d.ragged))
+    import h5py
+
+    feats, ragged, masks = [], list(d.ragged), []
+    views: dict[str, tuple[str, list[int]]] = {}
+    with h5py.File(d.train[0], "r") as f:
+        def channels(c: str) -> list[str]:
+            ds = f[f"{c}_values"] if f"{c}_values" in f else f[c]
+            cols = ds.attrs.get("columns")
+            return [str(x.decode() if isinstance(x, bytes) else x) for x in cols] \
+                if cols is not None else []
+
+        view_of = {v["name"]: v for v in d.views}
+        for name in d.features:
+            if name in view_of:
+                v = view_of[name]
+                coll, want = str(v["collection"]), [str(x) for x in v["columns"]]
+                have = channels(coll)
+                missing = [c for c in want if c not in have]
+                if missing:
+                    raise PayloadFailure(
+                        f"data.inputs: {name} takes columns {missing} of {coll}, which has "
+                        f"{have or 'no columns attribute'}", code=2)
+                views[name] = (coll, [have.index(c) for c in want])
+                feats.append(name)
+                continue
+            feats.append(name)
+            if name not in d.collections:
+                continue
+            if f"{name}_mask" in f:
+                feats.append(f"{name}_mask")
+            elif f"{name}_values" in f:
+                ragged.append(name) if name not in ragged else None
+                masks.append(name)
+                feats.append(f"{name}_mask")
+    return Layout(tuple(feats), tuple(ragged), tuple(masks), views)
+
+
 def _features(cfg: TrialDoc) -> list[str]:
-    return list(cfg.data.features)
+    return list(layout(cfg).features)
 
 
-def _columns(cfg: TrialDoc) -> list[str]:
-    """HDF5 datasets with one row per event: regular features, labels, ragged lengths."""
-    ragged = list(cfg.data.ragged)
-    return ([f for f in _features(cfg) if f not in ragged] + [cfg.data.labels]
-            + [f"{r}_lengths" for r in ragged])
+def _columns(cfg: TrialDoc, lay: Layout | None = None) -> list[str]:
+    """HDF5 datasets with one row per event: regular features, labels, weights, ragged
+    lengths."""
+    lay = lay or layout(cfg)
+    made = {*lay.ragged, *(f"{r}_mask" for r in lay.ragged_masks), *lay.views}
+    return ([f for f in lay.features if f not in made] + [cfg.data.labels]
+            + ([cfg.data.weights] if cfg.data.weights else [])
+            + [f"{r}_lengths" for r in lay.ragged])
 
 
-def _loader(src: H5Source, cfg: TrialDoc, shuffle: bool, **common: Any) -> Any:
-    feats, label = _features(cfg), cfg.data.labels
-    ragged = list(cfg.data.ragged)
-    if not ragged:
-        return inputs.ShardedLoader(src, feats, label, shuffle=shuffle, **common)
-    from payloads.runtime.pipeline.ragged import RaggedLoader
+def _loader(src: H5Source, cfg: TrialDoc, shuffle: bool, lay: Layout | None = None,
+            **common: Any) -> Any:
+    lay = lay or layout(cfg)
+    feats, label = list(lay.features), cfg.data.labels
+    common.update(weights=cfg.data.weights, views=lay.views)
+    if not lay.ragged:
+        ld = inputs.ShardedLoader(src, feats, label, shuffle=shuffle, **common)
+    else:
+        from payloads.runtime.pipeline.ragged import RaggedLoader
 
-    return RaggedLoader(src, feats, label, ragged=ragged, shuffle=shuffle,
-                        bucket=cfg.training.options.bucket_by_length,
-                        pad_value=cfg.training.options.pad_value, **common)
+        ld = RaggedLoader(src, feats, label, ragged=list(lay.ragged), shuffle=shuffle,
+                          bucket=cfg.training.options.bucket_by_length,
+                          pad_value=cfg.training.options.pad_value, masks=lay.ragged_masks,
+                          **common)
+    ld.named = bool(cfg.data.collections or cfg.data.views)
+    return ld
 
 
 def reader_processes(option: Any, plan: threads.ThreadPlan, device: str) -> int:
@@ -76,12 +142,13 @@ def gather_threads(plan: threads.ThreadPlan) -> int:
 def open_data(cfg: TrialDoc, rank: int, ranks: int, processes: int = 0,
               gather: int = 1) -> Data:
     t, opt = cfg.training, cfg.training.options
-    train = H5Source(list(cfg.data.train), _columns(cfg))
+    lay = layout(cfg)
+    train = H5Source(list(cfg.data.train), _columns(cfg, lay))
     if processes and opt.reader_processes in (None, "auto") and train.all_direct:
         log.info("training data is unfiltered (read with preadv, nothing to decode): "
                  "no HDF5 reader processes")
         processes = 0  # the reader thread's preadv is several times faster than the processes
-    val = H5Source(list(cfg.data.validation), _columns(cfg)) if cfg.data.validation else None
+    val = H5Source(list(cfg.data.validation), _columns(cfg, lay)) if cfg.data.validation else None
     budget = int(opt.cache_budget_mb * 2**20)
     first = train.read(train.blocks[0])
     raw = sum(a.nbytes for a in first.values()) * len(train.blocks)  # ranks swap blocks
@@ -90,8 +157,8 @@ def open_data(cfg: TrialDoc, rank: int, ranks: int, processes: int = 0,
     common = dict(batch=t.batch_size, rank=rank, ranks=ranks, seed=cfg.seed,
                   window=opt.shuffle_buffer_chunks, prefetch=opt.prefetch_batches, cache=cache,
                   gather_threads=gather)
-    tl = _loader(train, cfg, True, processes=processes, **common)
-    vl = _loader(val, cfg, False, **common) if val else None
+    tl = _loader(train, cfg, True, lay, processes=processes, **common)
+    vl = _loader(val, cfg, False, lay, **common) if val else None
     if tl.steps_per_epoch == 0:
         raise PayloadFailure(f"data.train has {train.total_rows} rows: fewer than one per rank "
                              f"for {ranks} ranks", code=3)
@@ -105,7 +172,7 @@ def _input_shape(loader: inputs.ShardedLoader, feats: list[str]) -> Any:
 
 
 def build_model(cfg: TrialDoc, data: Data, hvd: Any) -> Any:
-    feats, t = _features(cfg), cfg.training
+    feats, t = list(data.train.features), cfg.training
     m = user_model.build(cfg.model_file, cfg.hparams, _input_shape(data.train, feats))
     head = data.train.src.head(t.options.adapt_samples)
     if user_model.adapt_normalization(m, [head.get(f) for f in feats]):

@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 from payloads.runtime import costs, gpu, outputs, profile, threads, torch_model
-from payloads.runtime.core import TrialCore, run_guarded
+from payloads.runtime.core import (TrialCore, ValidationFigures, metric_hook, run_guarded,
+                                   weight_factors)
 from payloads.runtime.checkpoint import Checkpointer
 from payloads.runtime.session import (Data, _input_shape, gather_threads, make_reporter, open_data,
                                       reader_processes)
@@ -150,12 +151,12 @@ def _pinned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 def batches(loader: Any, epochs: Any,
-            device: torch.device) -> Generator[tuple[Any, torch.Tensor], None, None]:
-    """(features, labels) batches as tensors: each slab crosses to torch once, batches are views
+            device: torch.device) -> Generator[tuple[Any, torch.Tensor, Any], None, None]:
+    """(features, labels, weights or None) batches as tensors: each slab crosses to torch once, batches are views
     (``unbind``: all of a slab's batch views in one call). The loader gathers rows into recycled
     buffers (``reuse``): a batch is used by one step before the next is asked for; on a GPU the
     slab's transfer is waited for before its buffer can return to the loader."""
-    names = [*loader.features, loader.labels]
+    names = [*loader.features, loader.labels, *([loader.weights] if loader.weights else [])]
     cuda = device.type == "cuda"
     done: Any = None
     for slab in loader.slabs(epochs, reuse=True, alloc=_pinned if cuda else None):
@@ -166,12 +167,15 @@ def batches(loader: Any, epochs: Any,
             done = torch.cuda.Event()
             done.record()
         feats = [ts[f].unbind(0) for f in loader.features]
+        ws = ts[loader.weights].unbind(0) if loader.weights else None
         for i, y in enumerate(ts[loader.labels].unbind(0)):
-            yield tuple(f[i] for f in feats), y
+            yield tuple(f[i] for f in feats), y, (ws[i] if ws is not None else None)
 
 
 def forward(model: Any, x: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """One feature: ``model(x)``; several: ``model(*features)`` in data.features order."""
+    """One feature: ``model(x)``; several: ``model(*features)`` in data.features order (with
+    data.inputs: each collection followed by its mask, e.g. ``model(jets, tracks,
+    tracks_mask)``)."""
     return model(*x)
 
 
@@ -194,16 +198,52 @@ class Trainer:
         self.opt = torch_model.optimizer(t.optimizer, self.model.parameters(), lr, cfg.hparams)
         self.scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
         self.loss_fn = self.user.loss or torch_model.loss_fn(t.loss)
-        torch_model.Metrics(list(t.metrics), t.loss, device)  # unknown metric names fail now
+        self.event_loss = self.user.loss or torch_model.event_loss_fn(t.loss)
+        hook, hook_names, self.metric_names = metric_hook(cfg, self.user.module,
+                                                          torch_model.METRICS)
+        m = torch_model.Metrics(self.metric_names, t.loss, device)  # unknown names fail now
+        self.figures = (ValidationFigures(cfg, "logit" if m.logits else "probability", hook,
+                                          hook_names)
+                        if data.val is not None and (m.logits or hook is not None) else None)
+        self.class_w, self.w_scale = self._weighting()
         ckpt = TorchCheckpointer(cfg.output_dir / "checkpoint")
         self.core = TrialCore(
             cfg, ranks.rank, make_reporter(cfg) if ranks.rank == 0 else None, ranks.broadcast,
             restore=lambda: ckpt.restore(self.model, self.opt, self.scaler),
             save=lambda epoch: ckpt.save(self.model, epoch, optimizer=self.opt, scaler=self.scaler),
-            costs=self.costs)
+            costs=self.costs, figures=self.figures)
         self.start = self.core.resume()
         self.ddp = self._wrap()
         self.last_profile: dict[str, Any] = {}
+
+    def _weighting(self) -> tuple[torch.Tensor | None, float]:
+        """(class factors on the device or None, the weights' scale): see core.weight_factors."""
+        cfg, src = self.cfg, self.data.train.src
+        if not cfg.data.weights and cfg.training.class_weights in (None, "", {}):
+            return None, 1.0
+        y = np.concatenate([f[cfg.data.labels][:] for f in src.files])
+        w = (np.concatenate([f[cfg.data.weights][:] for f in src.files])
+             if cfg.data.weights else None)
+        k = y.shape[1] if y.ndim == 2 and y.shape[1] > 1 else (
+            int(y.max()) + 1 if "sparse" in cfg.training.loss.lower() else 2)
+        cw, scale = weight_factors(cfg, y, w, k)
+        if cw is not None:
+            log.info("class weights: %s", ", ".join(f"{i}: {v:.4g}" for i, v in enumerate(cw)))
+        return (torch.as_tensor(cw, dtype=torch.float32, device=self.device)
+                if cw is not None else None), scale
+
+    def _train_weights(self, y: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor | None:
+        """A batch's training weights: event weight x class factor x scale (None: unweighted)."""
+        if w is None and self.class_w is None:
+            return None
+        out = (w.float().reshape(-1) if w is not None
+               else torch.ones(y.shape[0], device=y.device)) * self.w_scale
+        if self.class_w is not None:
+            cls = (y.reshape(y.shape[0], -1).argmax(-1) if y.ndim == 2 and y.shape[1] > 1
+                   else (y.reshape(-1) > 0.5).long() if len(self.class_w) == 2
+                   else y.reshape(-1).long())
+            out = out * self.class_w[cls.clamp(0, len(self.class_w) - 1)]
+        return out
 
     def _adapt(self) -> None:
         """``model.adapt(samples)`` when the model defines it: the first ``adapt_samples``
@@ -241,13 +281,19 @@ class Trainer:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
-    def _step(self, x: tuple[torch.Tensor, ...], y: torch.Tensor,
+    def _step(self, x: tuple[torch.Tensor, ...], y: torch.Tensor, w: torch.Tensor | None,
               metrics: torch_model.Metrics) -> None:
         self.opt.zero_grad(set_to_none=True)
+        tw = self._train_weights(y, w)
         with self._autocast():
             if self.user.training_step is not None:
-                r = self.user.training_step(self.ddp, (x[0] if len(x) == 1 else x, y), self.loss_fn)
+                batch = (x[0] if len(x) == 1 else x, y) + ((tw,) if tw is not None else ())
+                r = self.user.training_step(self.ddp, batch, self.loss_fn)
                 loss, out = r if isinstance(r, tuple) else (r, None)
+            elif tw is not None:
+                out = forward(self.ddp, x)
+                loss = torch_model.weighted(self.event_loss(out, y), tw,
+                                            "the model file's loss" if self.user.loss else "loss")
             else:
                 out = forward(self.ddp, x)
                 loss = self.loss_fn(out, y)
@@ -258,15 +304,48 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
+        """The validation pass: the metrics (weighted by the event weights), then the figures
+        of merit from every rank's score histograms (summed by one all-reduce) and the metric
+        hook on every rank's scores (gathered; rank 0 calls it)."""
         self.model.eval()
-        m = torch_model.Metrics(list(self.cfg.training.metrics), self.cfg.training.loss,
-                                self.device)
-        for x, y in batches(self.data.val, [0], self.device):
+        m = torch_model.Metrics(self.metric_names, self.cfg.training.loss, self.device)
+        keep: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+        for x, y, w in batches(self.data.val, [0], self.device):
             with self._autocast():
                 out = forward(self.model, x)
-                m.update(self.loss_fn(out, y), out, y)
+                if w is not None:
+                    ev = self.event_loss(out, y)
+                    loss = torch_model.weighted(ev, w, "loss") / w.float().mean()
+                else:
+                    loss = self.loss_fn(out, y)
+                m.update(loss, out, y, w)
+            if self.figures is not None:  # the batch's buffers are recycled: copies
+                keep.append((out.detach().float().cpu(), y.detach().cpu().clone(),
+                             w.detach().cpu().clone() if w is not None else None))
         self.model.train()
-        return m.reduce(self.ranks.all_reduce)
+        logs = m.reduce(self.ranks.all_reduce)
+        if self.figures is not None:
+            logs.update(self._figures(keep))
+        return logs
+
+    def _figures(self, keep: list[tuple[torch.Tensor, torch.Tensor, Any]]) -> dict[str, float]:
+        """val_ figures of merit and hook metrics (names already prefixed, merged below)."""
+        fig = self.figures
+        assert fig is not None
+        if keep:
+            s = torch.cat([k[0] for k in keep]).numpy()
+            y = torch.cat([k[1] for k in keep]).numpy()
+            w = (torch.cat([k[2] for k in keep]).numpy() if keep[0][2] is not None
+                 else np.ones(len(y)))
+        else:
+            s, y, w = np.zeros((0, 1), np.float32), np.zeros((0,)), np.zeros((0,))
+        hist = torch.from_numpy(fig.histograms(s, y, w))
+        self.ranks.all_reduce(hist)  # one all-reduce of the (classes, bins) histograms
+        gathered = self.ranks.gather((y, s, w)) if fig.hook is not None else None
+        if self.ranks.rank != 0:
+            fig.hist = hist.numpy()
+            return {}
+        return {k.removeprefix("val_"): v for k, v in fig.metrics(hist.numpy(), gathered).items()}
 
     def fit(self) -> None:
         cfg, data = self.cfg, self.data
@@ -290,11 +369,10 @@ class Trainer:
     def _epoch(self, epoch: int, stream: Iterator[Any], steps: int) -> bool:
         t0, cpu0, w0 = time.perf_counter(), time.process_time(), self._wait()
         self.model.train()
-        m = torch_model.Metrics(list(self.cfg.training.metrics), self.cfg.training.loss,
-                                self.device)
+        m = torch_model.Metrics(self.metric_names, self.cfg.training.loss, self.device)
         for _ in range(steps):
-            x, y = next(stream)
-            self._step(x, y, m)
+            x, y, w = next(stream)
+            self._step(x, y, w, m)
         logs = m.reduce(self.ranks.all_reduce)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -320,8 +398,10 @@ class Trainer:
         def save(out: Path) -> dict[str, Any]:
             self.model.eval()
             save_model_pt(self.model, out, cfg, self.input_shape)
+            feats = list(self.data.train.features)
+            varying = [f for f in feats if self.data.train.row_shape(f)[:1] == (None,)]
             return {"onnx": export_onnx(self.model, out / "model.onnx", self._sample_rows(),
-                                        list(self.data.train.features), list(cfg.data.ragged))}
+                                        feats, varying)}
 
         self.core.finish(save, lambda: {
             "threads": self.plan.as_dict(), "device": str(self.device),
@@ -357,6 +437,7 @@ def save_model_pt(model: torch.nn.Module, out: Path, cfg: TrialDoc, input_shape:
                 "model_file": Path(cfg.model_file).name, "model_source": "model_source.py",
                 "framework": "torch", "torch_version": torch.__version__,
                 "loss": cfg.training.loss, "features": list(cfg.data.features),
+                "weights": cfg.data.weights,
                 "labels": cfg.data.labels}, tmp)
     os.replace(tmp, path)
     return path

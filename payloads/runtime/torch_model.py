@@ -105,6 +105,42 @@ def loss_fn(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
                          code=2)
 
 
+def event_loss_fn(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``training.loss`` per event, (B,): what event weights multiply (data.weights)."""
+    F = torch.nn.functional
+    key = str(name).lower()
+
+    def per_event(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(t.shape[0], -1).mean(1) if t.ndim > 1 else t
+
+    if key == "binary_crossentropy":
+        return lambda out, y: per_event(F.binary_cross_entropy_with_logits(
+            out.float(), _align(out.float(), y), reduction="none"))
+    if key == "categorical_crossentropy":
+        return lambda out, y: F.cross_entropy(out.float(), y.reshape(out.shape).float(),
+                                              reduction="none")
+    if key == "sparse_categorical_crossentropy":
+        return lambda out, y: F.cross_entropy(out.float(), y.reshape(-1).long(), reduction="none")
+    if key in ("mse", "mean_squared_error"):
+        return lambda out, y: per_event(F.mse_loss(out.float(), _align(out.float(), y),
+                                                   reduction="none"))
+    if key in ("mae", "mean_absolute_error"):
+        return lambda out, y: per_event(F.l1_loss(out.float(), _align(out.float(), y),
+                                                  reduction="none"))
+    loss_fn(name)  # raises the one-line error
+    raise AssertionError(name)
+
+
+def weighted(loss: torch.Tensor, w: torch.Tensor, where: str) -> torch.Tensor:
+    """mean(loss x w) of per-event losses (B,) and weights (B,); a scalar loss (a loss hook
+    that averages) cannot take weights: one line saying so."""
+    if loss.ndim == 0 or loss.numel() != w.numel():
+        raise PayloadFailure(f"{where} returned a loss of shape {tuple(loss.shape)}; with "
+                             "data.weights it must return one loss per event (B,), which gridml "
+                             "weights and averages", code=2)
+    return (loss.reshape(-1).float() * w.reshape(-1).float()).mean()
+
+
 # ---- optimizer -------------------------------------------------------------------------------
 def optimizer(name: str, params: Any, lr: float, hparams: dict[str, Any]) -> torch.optim.Optimizer:
     """Keras' defaults where they differ from PyTorch's (epsilon 1e-7, RMSprop rho 0.9,
@@ -137,6 +173,9 @@ class Metrics:
     trapezoid over 4096 thresholds, as Keras' AUC does over 200)."""
 
     def __init__(self, names: list[str], loss: str, device: torch.device) -> None:
+        from payloads.runtime.figures import is_figure
+
+        names = [n for n in names if n.lower() == "auc" or not is_figure(n)]
         unknown = [n for n in names if n.lower() not in METRICS]
         if unknown:
             raise PayloadFailure(f"training.metrics: '{unknown[0]}' is not known to the torch "
@@ -156,32 +195,40 @@ class Metrics:
         return torch.sigmoid(out) if self.logits else out
 
     @torch.no_grad()
-    def update(self, loss: torch.Tensor, out: torch.Tensor | None, y: torch.Tensor) -> None:
+    def update(self, loss: torch.Tensor, out: torch.Tensor | None, y: torch.Tensor,
+               w: torch.Tensor | None = None) -> None:
+        """One batch: ``loss`` its mean loss (with event weights ``w``: the weighted mean
+        sum(l w) / sum(w)); every metric is weighted by ``w`` when given."""
         n = y.shape[0]
-        self.sums[0] += loss.detach().double() * n
-        self.sums[1] += n
+        wn = w.detach().double().reshape(-1) if w is not None else None
+        total = wn.sum() if wn is not None else n
+        self.sums[0] += loss.detach().double() * total
+        self.sums[1] += total
         if out is None or not self.names:
             return
         out = out.detach().float()
         p = self._scores(out)
         multi = p.ndim > 1 and p.shape[-1] > 1
+        ev = wn if wn is not None else torch.ones(n, dtype=torch.float64, device=p.device)
         if multi:  # one-hot/probability labels or class indices -> one-hot
             labels = (torch.nn.functional.one_hot(y.reshape(-1).long(), p.shape[-1]).float()
                       if y.numel() == n else y.reshape(p.shape).float())
-            self.sums[2] += (p.argmax(-1) == labels.argmax(-1)).sum()
+            self.sums[2] += ((p.argmax(-1) == labels.argmax(-1)).double() * ev).sum()
         else:
             labels = y.reshape(p.shape).float()
             pred, truth = p > 0.5, labels > 0.5
-            self.sums[2] += (pred == truth).sum()
-            self.sums[3] += (pred & truth).sum()
-            self.sums[4] += (pred & ~truth).sum()
-            self.sums[5] += (~pred & truth).sum()
-        self.sums[6] += p.numel() if not multi else n
+            ew = ev.reshape(n, *([1] * (p.ndim - 1))).expand(p.shape) if p.ndim else ev
+            self.sums[2] += ((pred == truth).double() * ew).sum()
+            self.sums[3] += ((pred & truth).double() * ew).sum()
+            self.sums[4] += ((pred & ~truth).double() * ew).sum()
+            self.sums[5] += ((~pred & truth).double() * ew).sum()
+        self.sums[6] += (ev.sum() * (p.numel() // max(1, n))) if not multi else ev.sum()
         if "auc" in self.names:  # micro-averaged over classes for one-hot labels, as Keras' AUC
             flat, truth = p.reshape(-1).clamp(0, 1), labels.reshape(-1) > 0.5
+            fw = ev.repeat_interleave(max(1, flat.numel() // max(1, n)))
             idx = (flat * (AUC_BINS - 1)).round().long()
-            self.hist[0] += torch.bincount(idx[truth], minlength=AUC_BINS).double()
-            self.hist[1] += torch.bincount(idx[~truth], minlength=AUC_BINS).double()
+            self.hist[0] += torch.bincount(idx[truth], weights=fw[truth], minlength=AUC_BINS)
+            self.hist[1] += torch.bincount(idx[~truth], weights=fw[~truth], minlength=AUC_BINS)
 
     def reduce(self, all_reduce: Callable[[torch.Tensor], Any] | None) -> dict[str, float]:
         """Sums over ranks (``all_reduce``: in-place SUM, or None for one rank) -> metrics."""

@@ -67,13 +67,24 @@ class Training:
     workers: int = 1  # ranks in all
     launcher: str = "gloo"  # keras: horovodrun's controller (gloo | mpi); torch: torchrun
     options: TrainingOptions = field(default_factory=TrainingOptions)
+    # "balanced" | {label: factor} (JSON keys are strings) | None (payloads/runtime/figures.py)
+    class_weights: str | dict[str, float] | None = None
+    # {signal: s, background: [...], fractions: {i: f}} of a multi-class model (figures.py)
+    discriminant: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class Data:
-    features: tuple[str, ...] = ("x",)
+    features: tuple[str, ...] = ("x",)  # the model's inputs in order (collections among them)
     labels: str = "y"
     ragged: tuple[str, ...] = ()
+    weights: str | None = None  # per-event weights (HDF5 dataset), None: all 1
+    # features that are collections: (N, L, C) padded + <name>_mask, or ragged <name>_values +
+    # <name>_lengths; the model gets the collection and then its mask ``<name>_mask`` (B, L)
+    collections: tuple[str, ...] = ()
+    # derived inputs: {name, collection, columns: [channel names]} (channels of a collection,
+    # with its mask); appended to the model's inputs in this order
+    views: tuple[dict[str, Any], ...] = ()
     train: tuple[str, ...] = ()  # staged file paths (or names, on a remote node before staging)
     validation: tuple[str, ...] = ()
 
@@ -249,7 +260,10 @@ def _coerce(value: Any, hint: Any) -> tuple[bool, Any]:
             value = [value]
         if not isinstance(value, (list, tuple)):
             return False, value
-        return all(isinstance(v, typing.get_args(hint)[0]) for v in value), tuple(value)
+        arm = typing.get_args(hint)[0]
+        return all(isinstance(v, typing.get_origin(arm) or arm) for v in value), tuple(value)
+    if origin is dict:
+        return isinstance(value, dict), value
     if hint is type(None):
         return value is None, value
     if hint is bool:
@@ -274,6 +288,8 @@ def _describe(hint: Any) -> str:
         return " or ".join(_describe(a) for a in typing.get_args(hint))
     if origin is tuple:
         return f"a list of {_describe(typing.get_args(hint)[0])}"
+    if origin is dict:
+        return "a mapping"
     return {bool: "true or false", int: "a whole number", float: "a number",
             str: "a string", type(None): "null"}.get(hint, str(hint))
 

@@ -53,9 +53,15 @@ class ShardedLoader:
     def __init__(self, source: H5Source, features: list[str], labels: str, *, batch: int,
                  rank: int = 0, ranks: int = 1, seed: int = 0, shuffle: bool = True,
                  window: int = 8, prefetch: int = 4, cache: BlockCache | None = None,
-                 processes: int = 0, gather_threads: int = 1) -> None:
+                 processes: int = 0, gather_threads: int = 1, weights: str | None = None,
+                 views: dict[str, tuple[str, list[int]]] | None = None) -> None:
         self.src, self.features, self.labels = source, list(features), labels
-        self.names = self.features + [labels]
+        # weights: a column carried beside the labels; views: model inputs made of some
+        # channels (last axis) of another input, {name: (source input, channel indices)}
+        self.weights, self.views = weights, dict(views or {})
+        self.named = False  # xy gives several features as a dict by name (data.inputs)
+        self.names = [f for f in self.features if f not in self.views] + [labels] + (
+            [weights] if weights else [])
         self.batch, self.rank, self.ranks, self.seed = int(batch), rank, ranks, seed
         self.shuffle, self.window, self.prefetch = shuffle, max(1, window), max(1, prefetch)
         self.cache = cache or BlockCache(0)
@@ -68,7 +74,7 @@ class ShardedLoader:
         self._decoded: Iterator[Arrays] = iter(())
         self._block_bytes = source.block_rows * sum(
             int(np.prod(source.row_shapes[n], dtype=np.int64)) * source.dtypes[n].itemsize
-            for n in [*features, labels] if n in source.row_shapes)
+            for n in self.names if n in source.row_shapes)
         self.wait_s = 0.0          # time the consumer spent blocked on the next slab
         self.batches_out = self.samples_out = 0
         self.error: BaseException | None = None
@@ -351,6 +357,8 @@ class ShardedLoader:
                     item = item.slab
                     if len(held) > _HELD and self._outs is not None:
                         self._outs.put(held.popleft())
+                for v, (of, idx) in self.views.items():
+                    item[v] = np.take(item[of], idx, axis=-1)
                 self.batches_out += item[self.labels].shape[0]
                 self.samples_out += item[self.labels].shape[0] * item[self.labels].shape[1]
                 yield item
@@ -373,14 +381,27 @@ class ShardedLoader:
 
     def row_shape(self, name: str) -> tuple[Any, ...]:
         """Shape of one row of ``name`` in a batch (None: varies from batch to batch)."""
+        if name in self.views:
+            of, idx = self.views[name]
+            return (*self.row_shape(of)[:-1], len(idx))
         return tuple(self.src.row_shapes[name])
 
     def dtype(self, name: str) -> Any:
+        if name in self.views:
+            return self.dtype(self.views[name][0])
         return self.src.dtypes[name]
 
-    def xy(self, b: dict[str, Any]) -> tuple[Any, Any]:
-        x = tuple(b[f] for f in self.features)
-        return (x[0] if len(x) == 1 else x), b[self.labels]
+    def xy(self, b: dict[str, Any]) -> tuple[Any, ...]:
+        """(features, labels), or (features, labels, weights) with weights; several features
+        as a tuple, or with ``named`` (``data.inputs``) a dict by name (Keras matches them to
+        the model's inputs by name)."""
+        xs = tuple(b[f] for f in self.features)
+        x: Any = xs[0] if len(xs) == 1 else xs
+        if self.named and len(xs) > 1:
+            x = dict(zip(self.features, xs))
+        if self.weights:
+            return x, b[self.labels], b[self.weights]
+        return x, b[self.labels]
 
 
 class _Owned:
@@ -443,16 +464,20 @@ def tf_dataset(loader: ShardedLoader, epochs: Iterable[int] | None, options: Any
     def spec(n: str) -> Any:
         return tf.TensorSpec((None, None, *loader.row_shape(n)), tf.as_dtype(loader.dtype(n)))
 
-    xs = tuple(spec(f) for f in loader.features)
-    signature = (xs[0] if len(xs) == 1 else xs, spec(loader.labels))
+    xs: Any = tuple(spec(f) for f in loader.features)
+    if loader.named and len(xs) > 1:
+        xs = dict(zip(loader.features, xs))
+    elif len(xs) == 1:
+        xs = xs[0]
+    signature = (xs, spec(loader.labels), *([spec(loader.weights)] if loader.weights else []))
     eps = list(epochs) if epochs is not None else [0]
 
-    def gen() -> Iterator[tuple[Any, Any]]:
+    def gen() -> Iterator[tuple[Any, ...]]:
         for slab in loader.slabs(eps):
             yield loader.xy(slab)
 
     ds = tf.data.Dataset.from_generator(gen, output_signature=signature)
-    ds = ds.flat_map(lambda x, y: tf.data.Dataset.from_tensor_slices((x, y)))
+    ds = ds.flat_map(lambda *xyw: tf.data.Dataset.from_tensor_slices(xyw))
     if prefetch:
         ds = ds.prefetch(prefetch)
     return ds.with_options(options)

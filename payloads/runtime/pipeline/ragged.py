@@ -25,12 +25,16 @@ class RaggedLoader(ShardedLoader):
     """:class:`ShardedLoader` plus ragged features; ``features`` may name ragged ones."""
 
     def __init__(self, source: Any, features: list[str], labels: str, *, ragged: list[str],
-                 bucket: bool = False, pad_value: float = 0.0, **kw: Any) -> None:
+                 bucket: bool = False, pad_value: float = 0.0, masks: tuple[str, ...] = (),
+                 **kw: Any) -> None:
         self.ragged, self.bucket, self.pad_value = list(ragged), bucket, pad_value
+        # ragged collections whose mask ``<name>_mask`` (B, L) uint8 goes with each batch
+        self.masks = {f"{r}_mask": r for r in masks}
         self.padded_items = self.real_items = 0
         super().__init__(source, features, labels, **kw)
-        self.names = [n for n in self.features if n not in self.ragged] + [labels] + [
-            f"{r}_lengths" for r in self.ragged]
+        self.names = [n for n in self.features if n not in self.ragged and n not in self.masks
+                      and n not in self.views] + [labels] + (
+            [self.weights] if self.weights else []) + [f"{r}_lengths" for r in self.ragged]
         self.values = [{r: f[f"{r}_values"] for r in self.ragged} for f in source.files]
         self.offsets = [{r: np.concatenate([[0], np.cumsum(f[f"{r}_lengths"][:], dtype=np.int64)])
                          for r in self.ragged} for f in source.files]
@@ -38,10 +42,16 @@ class RaggedLoader(ShardedLoader):
     def row_shape(self, name: str) -> tuple[Any, ...]:
         if name in self.ragged:
             return (None, *self.values[0][name].shape[1:])
-        return tuple(self.src.row_shapes[name])
+        if name in self.masks:
+            return (None,)
+        return super().row_shape(name)
 
     def dtype(self, name: str) -> Any:
-        return (self.values[0][name] if name in self.ragged else self.src.dsets[0][name]).dtype
+        if name in self.ragged:
+            return self.values[0][name].dtype
+        if name in self.masks:
+            return np.dtype(np.uint8)
+        return super().dtype(name)
 
     # --- stage 1: regular columns into the buffer, ragged values read contiguously ------------
     def _read_values(self, group: list[plan.Piece]) -> dict[str, np.ndarray]:
@@ -121,6 +131,8 @@ class RaggedLoader(ShardedLoader):
             mask = np.arange(width)[None, :] < lengths[:, None]
             padded[mask] = vals[(starts[:, None] + np.arange(width)[None, :])[mask]]
             b[r] = padded
+            if f"{r}_mask" in self.masks:
+                b[f"{r}_mask"] = mask.astype(np.uint8)
             self.padded_items += padded.shape[0] * width
             self.real_items += int(lengths.sum())
         return {k: a[None] for k, a in b.items()}
