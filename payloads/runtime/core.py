@@ -154,7 +154,7 @@ def metric_hook(cfg: TrialDoc, module: Any, known: tuple[str, ...]) -> tuple[
                              "metrics(y_true, y_score, weights) or remove it", code=2)
     framework, from_hook = [], []
     for m in cfg.training.metrics:
-        if m.lower() in known:
+        if m.lower() in known and (m.lower() == "auc" or not figures.is_figure(m)):
             framework.append(m)
         elif not figures.is_figure(m):
             from_hook.append(m)

@@ -27,12 +27,30 @@ def _costs(cfg: TrialDoc, model: Any, data: Any) -> dict[str, float]:
     return measured
 
 
-def _callbacks(data: Any, hvd: Any, htf: Any, core: TrialCore) -> list[Any]:
+def _callbacks(data: Any, hvd: Any, htf: Any, core: TrialCore,
+               figs: Any = None) -> list[Any]:
     per_epoch = data.train.rows_per_epoch * hvd.size()
     profiler = cbs.EpochProfiler(data.loaders, htf.allgather_object, lambda: per_epoch)
     report = cbs.EpochReporter(core, profiler, extra=lambda: {"cache": data.train.cache.stats()})
     return [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-            hvd.callbacks.MetricAverageCallback(), profiler, report]
+            hvd.callbacks.MetricAverageCallback(), *([figs] if figs is not None else []),
+            profiler, report]
+
+
+def _columns(loader: Any, cfg: TrialDoc) -> tuple[Any, Any]:
+    """The labels and weights (None without data.weights) of every file of ``loader``."""
+    import numpy as np
+
+    y = np.concatenate([f[cfg.data.labels][:] for f in loader.src.files])
+    w = (np.concatenate([f[cfg.data.weights][:] for f in loader.src.files])
+         if cfg.data.weights else None)
+    return y, w
+
+
+def _n_classes(cfg: TrialDoc, y: Any) -> int:
+    if y.ndim == 2 and y.shape[1] > 1:
+        return int(y.shape[1])
+    return int(y.max()) + 1 if "sparse" in cfg.training.loss.lower() else 2
 
 
 def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> tuple[Any, Any]:
@@ -51,17 +69,51 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
                    device: str, policy: str) -> int:
     import horovod.tensorflow as htf  # the object collectives live here, not in .keras
 
-    model = build_model(cfg, data, hvd)
+    from payloads.runtime import keras_figures as kf
+    from payloads.runtime.core import ValidationFigures, weight_factors
+    from payloads.runtime.session import keras_metric_names
+
+    hook, hook_names, keras_names = keras_metric_names(cfg)
+    model = build_model(cfg, data, hvd, keras_names)
     model_costs = _costs(cfg, model, data) if hvd.rank() == 0 else {}
+    classifier = "crossentropy" in str(cfg.training.loss).lower()
+    fig = (ValidationFigures(cfg, "probability", hook, hook_names)
+           if data.val is not None and (classifier or hook is not None) else None)
     ckpt = Checkpointer(cfg.output_dir / "checkpoint")
     core = TrialCore(cfg, hvd.rank(), make_reporter(cfg) if hvd.rank() == 0 else None,
                      lambda obj: htf.broadcast_object(obj, 0),
                      restore=lambda: ckpt.restore(model),
-                     save=lambda epoch: ckpt.save(model, epoch), costs=model_costs)
+                     save=lambda epoch: ckpt.save(model, epoch), costs=model_costs,
+                     figures=fig)
     start = core.resume()
     epochs = cfg.training.epochs
     train_ds, val_ds = _datasets(data, plan, start, epochs)
-    cb = _callbacks(data, hvd, htf, core)
+    weighted = bool(cfg.data.weights) or cfg.training.class_weights not in (None, "", {})
+    if weighted:  # event weight x class factor, average 1 (core.weight_factors)
+        y, w = _columns(data.train, cfg)
+        k = _n_classes(cfg, y)
+        cw, scale = weight_factors(cfg, y, w, k)
+        train_ds = kf.train_weights(train_ds, bool(cfg.data.weights), cw, scale, k)
+        if val_ds is not None and cfg.data.weights:
+            vw = _columns(data.val, cfg)[1]  # validation: the event weights, average 1
+            mean = float(vw.mean()) if vw is not None and len(vw) else 1.0
+            val_ds = kf.train_weights(val_ds, True, None, 1.0 / mean if mean > 0 else 1.0, k)
+    figs = None
+    if fig is not None and data.val is not None:
+        n_out = int(model.outputs[0].shape[-1] or 1) if model.outputs[0].shape.rank > 1 else 1
+        hist = kf.Histogram(fig, n_out)
+        kf.install(model, hist)
+
+        def val_x() -> Any:  # the hook's prediction pass: the features of this rank's shard
+            from payloads.runtime.pipeline.inputs import tf_dataset
+
+            ds = tf_dataset(data.val, None, threads.dataset_options(plan))
+            return ds.map(lambda x, *rest: x)
+
+        figs = kf.FiguresCallback(
+            hist, lambda v: htf.allreduce(v, op=htf.Sum), htf.allgather_object, hvd.rank(),
+            val_x if hook is not None else None, lambda: _val_columns(data, cfg))
+    cb = _callbacks(data, hvd, htf, core, figs)
     if start < epochs:
         model.fit(train_ds, epochs=epochs, initial_epoch=start,
                   steps_per_epoch=data.train.steps_per_epoch, validation_data=val_ds,
@@ -80,6 +132,20 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
             "ranks": profiler.last.get("extra", {}).get("ranks"),
             "cache": data.train.cache.stats()})
     return 0
+
+
+def _val_columns(data: Any, cfg: TrialDoc) -> tuple[Any, Any]:
+    """This rank's validation labels and weights in the order its validation pass reads them
+    (one unshuffled pass over its shard)."""
+    import numpy as np
+
+    ys, ws = [], []
+    for slab in data.val.slabs([0]):
+        ys.append(slab[cfg.data.labels].reshape(-1, *slab[cfg.data.labels].shape[2:]).copy())
+        if cfg.data.weights:
+            ws.append(slab[cfg.data.weights].reshape(-1).copy())
+    y = np.concatenate(ys)
+    return y, (np.concatenate(ws) if ws else np.ones(len(y)))
 
 
 def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:

@@ -171,7 +171,34 @@ def _input_shape(loader: inputs.ShardedLoader, feats: list[str]) -> Any:
     return shapes[0] if len(shapes) == 1 else tuple(shapes)
 
 
-def build_model(cfg: TrialDoc, data: Data, hvd: Any) -> Any:
+def keras_metric_names(cfg: TrialDoc) -> tuple[Any, list[str], list[str]]:
+    """(the model file's metrics hook, the names it gives, the names Keras computes): the
+    figures of merit are computed by gridml, a name Keras does not know must come from the
+    hook (payloads/runtime/core.py: metric_hook)."""
+    from tensorflow import keras
+
+    from payloads.runtime.core import metric_hook
+    from payloads.runtime.figures import is_figure
+    from payloads.runtime.userfile import import_model_file
+
+    def known(name: str) -> bool:
+        if name.lower() in ("accuracy", "auc", "precision", "recall"):
+            return True
+        if is_figure(name):
+            return False
+        try:
+            return callable(keras.metrics.get(name))
+        except (ValueError, TypeError):
+            return False
+
+    names = tuple(m for m in cfg.training.metrics if known(m))
+    module = import_model_file(cfg.model_file)[0]
+    return metric_hook(cfg, module, tuple(n.lower() for n in names) + names)
+
+
+def build_model(cfg: TrialDoc, data: Data, hvd: Any, metrics: list[str] | None = None) -> Any:
+    """The compiled model; ``metrics``: the names Keras computes (default training.metrics),
+    weighted by the event weights with data.weights."""
     feats, t = list(data.train.features), cfg.training
     m = user_model.build(cfg.model_file, cfg.hparams, _input_shape(data.train, feats))
     head = data.train.src.head(t.options.adapt_samples)
@@ -182,7 +209,11 @@ def build_model(cfg: TrialDoc, data: Data, hvd: Any) -> Any:
     compression = (hvd.Compression.fp16 if t.options.gradient_compression == "fp16"
                    else hvd.Compression.none)  # fp16: half the allreduce bytes
     opt = hvd.DistributedOptimizer(user_model.optimizer(t.optimizer, lr), compression=compression)
-    m.compile(optimizer=opt, loss=t.loss, metrics=user_model.metric_objects(list(t.metrics), t.loss))
+    objs = user_model.metric_objects(list(t.metrics if metrics is None else metrics), t.loss)
+    if cfg.data.weights:  # Keras weights only its weighted_metrics by the sample weights
+        m.compile(optimizer=opt, loss=t.loss, weighted_metrics=objs)
+    else:
+        m.compile(optimizer=opt, loss=t.loss, metrics=objs)
     return m
 
 

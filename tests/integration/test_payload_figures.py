@@ -161,3 +161,9 @@ def test_keras_two_inputs_with_weights(tmp_path: Path, data) -> None:
     assert roc["output"] == "probability"
     assert roc["rejection"]["rejection_at_50"] == pytest.approx(last["val_rejection_at_50"])
     assert (out / "roc.png").exists() and (out / "scores.png").exists()
+    assert json.loads((out / "provenance.json").read_text())["runtime"]["output"] == "probability"
+    if (out / "model.onnx").exists():  # best-effort export (tf2onnx)
+        import onnx
+
+        meta = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
+        assert meta["gridml.output"] == "probability"
