@@ -13,8 +13,8 @@
         └── trial-NNNN/                 one trial: trial.json, outputs/ (metrics.jsonl spool),
                                         attempt-N/, interrupted, panda.json or slurm.json
 
-Nothing else names these files: the CLI, the controller, the server's controller and the
-executors take their paths from here.
+The CLI, the runner, the controller, the server's controller and the executors take these paths
+from here (gridml/report.py still spells ``convergence.png`` itself).
 """
 
 from __future__ import annotations
