@@ -102,9 +102,17 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
             framework=spec.payload.framework, epochs=tr.epochs, batch_size=tr.batch_size,
             loss=tr.loss, metrics=tuple(tr.metrics), optimizer=tr.optimizer,
             mixed_precision=tr.mixed_precision, workers=tr.workers, launcher=tr.horovod,
-            options=tr.options),
-        data=contract.Data(features=tuple(spec.data.dids("features")),
+            options=tr.options,
+            class_weights=({str(k): float(v) for k, v in tr.class_weights.items()}
+                           if isinstance(tr.class_weights, dict) else tr.class_weights),
+            discriminant=(tr.discriminant.model_dump(mode="json")
+                          if tr.discriminant is not None else None)),
+        data=contract.Data(features=tuple(spec.data.input_names()),
                            labels=spec.data.labels, ragged=tuple(spec.data.ragged),
+                           weights=spec.data.weights,
+                           collections=tuple(i for i in spec.data.inputs or () if isinstance(i, str)),
+                           views=tuple(i.model_dump(mode="json") for i in spec.data.inputs or ()
+                                       if not isinstance(i, str)),
                            train=tuple(train), validation=tuple(validation)),
         inputs=tuple(inputs), output_dir=Path(output_dir),
         seed=trial_seed(spec.search.seed, trial.number),

@@ -29,6 +29,7 @@ from payloads.runtime.trial import (  # the trial contract's definitions
 )
 
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
+_FIGURE = re.compile(r"^(auc|rejection_at_([1-9]|[1-9][0-9]))$")  # payloads/runtime/figures.py
 _WALLTIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
 
@@ -67,6 +68,24 @@ class Payload(_Strict):
         "whole folder")
 
 
+class InputView(_Strict):
+    """Some channels of a collection as a model input of their own (ParticleNet's points)."""
+
+    name: str
+    collection: str
+    columns: list[str] = Field(min_length=1, description="channel names (the collection's "
+                               "`columns` attribute, as `gridml prepare` writes it)")
+
+
+class Discriminant(_Strict):
+    """The multi-class discriminant log(p_s / sum_i f_i p_i) of the figures of merit."""
+
+    signal: int = Field(1, ge=0)
+    background: list[int] | None = Field(None, description="default: every other class")
+    fractions: dict[int, float] = Field(default_factory=dict, description="f_i of named "
+                                        "background classes; the others share the rest equally")
+
+
 class Data(_Strict):
     train: str | list[str] = Field(description="dataset DID(s) scope:name holding HDF5 files")
     validation: str | list[str]
@@ -74,6 +93,34 @@ class Data(_Strict):
     labels: str = "y"
     ragged: list[str] = Field(default_factory=list, description="variable-length features, stored "
                               "as <name>_values + <name>_lengths (as `gridml prepare` writes them)")
+    weights: str | None = Field(None, description="HDF5 dataset of per-event weights (negative "
+                                "allowed): the loss and every validation metric are weighted")
+    inputs: list[str | InputView] | None = Field(
+        None, description="the model's inputs in order, instead of features: a name (a "
+        "collection gets its mask next: forward(jets, tracks, tracks_mask)), or {name, "
+        "collection, columns} for some channels of a collection (docs/payload.md)")
+
+    @model_validator(mode="after")
+    def _inputs_or_features(self) -> Data:
+        if self.inputs is not None:
+            if "features" in self.model_fields_set:
+                raise ValueError("data: give either features or inputs (the model's inputs in "
+                                 "order), not both")
+            names = [i if isinstance(i, str) else i.name for i in self.inputs]
+            if not names or len(set(names)) != len(names):
+                raise ValueError(f"data.inputs: {names} must name each input once")
+            colls = {i for i in self.inputs if isinstance(i, str)}
+            for i in self.inputs:
+                if not isinstance(i, str) and i.collection not in colls:
+                    raise ValueError(f"data.inputs: {i.name} takes channels of {i.collection}, "
+                                     "which is not one of the inputs")
+        return self
+
+    def input_names(self) -> list[str]:
+        """The model's inputs in order (``inputs`` when given, else ``features``)."""
+        if self.inputs is None:
+            return self.dids("features")
+        return [i if isinstance(i, str) else i.name for i in self.inputs]
 
     def dids(self, which: str) -> list[str]:
         value = getattr(self, which)
@@ -93,6 +140,11 @@ class Training(_Strict):
         "(also Keras' mixed_float16 / mixed_bfloat16)")
     options: TrainingOptions = Field(default_factory=TrainingOptions,
                                      description="refinements of the payload (docs/payload.md)")
+    class_weights: Literal["balanced"] | dict[int, float] | None = Field(
+        None, description="balanced (from the training labels' weighted counts) or {label: "
+        "weight}: factors on the loss's event weights")
+    discriminant: Discriminant | None = Field(
+        None, description="multi-class figures of merit: {signal, background, fractions}")
 
     @field_validator("mixed_precision", mode="before")
     @classmethod
@@ -292,6 +344,24 @@ class Spec(_Strict):
     panda: Panda = Field(default_factory=Panda)
     slurm: Slurm = Field(default_factory=Slurm)
     output: Output = Field(default_factory=Output)
+
+    @model_validator(mode="after")
+    def _figures_of_merit_reported(self) -> Spec:
+        """An objective or constraint naming a figure of merit (val_rejection_at_NN, val_auc)
+        makes the payload compute it: its name joins training.metrics."""
+        s = self.search
+        named = [o.metric for o in s.objectives] + [s.objective]
+        for c in s.constraints:
+            try:
+                named.append(parse_constraint(c).metric)
+            except ValueError:
+                continue
+        for name in named:
+            base = name[4:] if name.startswith("val_") else name
+            if (_FIGURE.match(base) and base not in self.training.metrics
+                    and base.lower() not in [m.lower() for m in self.training.metrics]):
+                self.training.metrics.append(base)
+        return self
 
     @model_validator(mode="after")
     def _torch_has_no_horovod(self) -> Spec:
