@@ -134,7 +134,9 @@ def test_a_lost_node_resubmits_without_using_a_retry(data: tuple[str, str], tmp_
                                                      slurm_env: SlurmCluster) -> None:
     """slurmd on n2 killed (with its processes) mid-trial: the job ends NODE_FAIL (or FAILED with
     the node marked down), the trial is resubmitted as a new job although retries is 0."""
-    sections = dict(TWO_NODES, training="training: {epochs: 40, batch_size: 16, workers: 2, "
+    # n2 is stopped as soon as both ranks are up (before TensorFlow has even loaded): 10 epochs
+    # keep the first job running well past that; the resubmitted job runs them all
+    sections = dict(TWO_NODES, training="training: {epochs: 10, batch_size: 16, workers: 2, "
                     "horovod: mpi, metrics: [accuracy]}\n")
     spec = spec_for(tmp_path, "slurm-lost", data, slurm_env, 1, 1, **sections)
     proc = start_submit(spec)
