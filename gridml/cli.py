@@ -206,6 +206,8 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
     best_id = s["best"]["id"] if s["best"] else None
     for t in doc["trials"]:
         obj = "-" if t["objective"] is None else f"{t['objective']:.5g}" + (" *" if t["id"] == best_id else "")
+        if t["state"] == "diverged":
+            obj = "NaN (diverged)"
         tpe = "-" if t["time_per_epoch"] is None else f"{t['time_per_epoch']:.2f}"
         wait = "-" if t["input_wait_frac"] is None else f"{100 * t['input_wait_frac']:.0f}%" + (
             " input-bound" if t["input_bound"] else "")
@@ -213,8 +215,8 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
                       str(t["epochs_done"]), obj, tpe, wait, _hparams(t["hparams"]))
     out.print(table)
     for t in doc["trials"]:
-        if t["state"] == "failed" and t["error"]:
-            out.print(f"[red]trial {t['number']} failed[/]: {t['error'].splitlines()[0]}")
+        if t["state"] in ("failed", "diverged") and t["error"]:
+            out.print(f"[red]trial {t['number']} {t['state']}[/]: {t['error'].splitlines()[0]}")
     if s["convergence_plot"]:
         out.print(f"convergence plot: {s['convergence_plot']}")
     if s.get("importance"):

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from gridml.store import (
     Study,
     Trial,
 )
-from gridml.store.best import scores_of
+from gridml.store.best import diverged, scores_of
 
 log = logging.getLogger("gridml.controller")
 # search.algorithm external: how long a campaign whose trials are all done waits for its
@@ -175,7 +175,10 @@ class Campaign:
     def propose(self, n: int, trials: list[Trial]) -> list[dict[str, Any]]:
         """Rebuild the searcher from the stored observations and ask it for ``n`` points."""
 
-        points, exhausted = propose(self.spec.search.model_dump(mode="json"), trials, n,
+        # a diverged trial is told to the searcher as a failure (never modelled, never proposed
+        # again): docs/search.md
+        told = [replace(t, state="failed") if t.state == "diverged" else t for t in trials]
+        points, exhausted = propose(self.spec.search.model_dump(mode="json"), told, n,
                                      store=self.store)
         self._exhausted = exhausted and len(points) < n
         return points
@@ -281,6 +284,18 @@ class Campaign:
         scores = self.scores(trial)
         objective = scores.pop("objective")  # the first objective; scores: objectives, violations
         result = _read_json(outputs / "result.json")
+        if status.state == "completed" and (result.get("state") == "diverged"
+                                            or self.diverged(trial)):
+            # the last epoch's objective is NaN/inf: never best, told to the searcher as a
+            # failure; its outputs are kept (curves, logs) but it is never fetched as best
+            files = status.stored_outputs if status.stored_outputs is not None \
+                else self.store_outputs(trial, outputs, None)
+            why = result.get("reason") or "an objective of the last epoch is not finite"
+            self.store.update_trial(trial.id, state="diverged", objective=None, finished=now(),
+                                    outputs=files, error=f"diverged: {why}",
+                                    **{**scores, "objectives": None})
+            log.warning("trial %d diverged: %s", trial.number, why)
+            return
         if status.state == "completed" and objective is not None:
             state = "pruned" if result.get("state") == "pruned" else "completed"
             files = status.stored_outputs if status.stored_outputs is not None \
@@ -333,7 +348,12 @@ class Campaign:
         the one rule (:mod:`gridml.store.best`), whoever ran it (executor or study driver)."""
         return scores_of(self.store.list_epochs(trial.id), self.spec.search.model_dump(mode="json"))
 
-    def store_outputs(self, trial: Trial, outputs: Path, objective: float) -> list[dict[str, Any]]:
+    def diverged(self, trial: Trial) -> bool:
+        """An objective of the trial's last epoch is not finite (:func:`gridml.store.best.diverged`)."""
+        return diverged(self.store.list_epochs(trial.id), self.spec.search.model_dump(mode="json"))
+
+    def store_outputs(self, trial: Trial, outputs: Path,
+                      objective: float | None) -> list[dict[str, Any]]:
         """Upload the trial's model, plots, metrics and provenance into the study's output dataset."""
         files = sorted(p for p in outputs.iterdir() if p.is_file() and not p.name.startswith(".")
                        and p.suffix in OUTPUT_SUFFIXES)

@@ -6,8 +6,8 @@ state ``running`` whose spec names a non-local executor, rebuilds its Campaign f
 fail trials silent past the heartbeat timeout, retry failed ones, ingest spools, ask, submit.
 The campaign is put together by :mod:`gridml.assemble`, as for `gridml submit`. Each study is
 isolated: one that raises anything but a GridmlError (which is logged and retried next cycle:
-PanDA or the data store may be back) is logged with its traceback and set to ``stopped``, and
-the cycle goes on with the other studies.
+PanDA or the data store may be back) is logged with its traceback and set to ``failed`` (a study
+state of its own: not a Ctrl-C ``stopped``), and the cycle goes on with the other studies.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class CampaignService:
     def run_once(self) -> int:
         """One step of every grid campaign; returns how many are still running. One study that
         cannot be run (a spec the server cannot build a campaign from, a backend that fails in
-        a way no one foresaw) is logged and stopped: it never stops the others."""
+        a way no one foresaw) is logged and set ``failed``: it never stops the others."""
         running = 0
         for study in self.store.list_studies():
             # (closed: its external optimizer is done; the campaign still runs what is queued)
@@ -81,21 +81,21 @@ class CampaignService:
                 log.error("study %s: %s", study.name, exc)
                 running += 1
             except Exception:  # a bug or a spec no campaign can be built from: this study only
-                log.exception("study %s cannot be run: stopped (the other studies go on)",
+                log.exception("study %s cannot be run: failed (the other studies go on)",
                               study.name)
                 self._give_up(study)
         return running
 
     def _give_up(self, study: Study) -> None:
-        """Stop driving ``study``: its state becomes ``stopped`` (it is no longer taken up)."""
+        """Stop driving ``study``: its state becomes ``failed`` (it is no longer taken up)."""
         self._campaigns.pop(study.id, None)
         backend = self._backends.pop(study.id, None)
         try:
             if backend is not None:
                 backend.close()
-            self.store.set_study_state(study.id, "stopped")
+            self.store.set_study_state(study.id, "failed")
         except Exception:
-            log.exception("study %s: not marked stopped", study.name)
+            log.exception("study %s: not marked failed", study.name)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="gridml-controller", daemon=True)

@@ -19,6 +19,7 @@ from gridml.store.protocol import CampaignStore, MetricsStore, StoreReader, Toke
 from gridml.store.records import (
     ACTIVE_STATES,
     FINISHED_STATES,
+    STUDY_STATES,
     TRIAL_STATES,
     EpochReport,
     Study,
@@ -27,7 +28,7 @@ from gridml.store.records import (
 from gridml.store.spec import spec_of
 
 __all__ = [
-    "ACTIVE_STATES", "FINISHED_STATES", "TRIAL_STATES", "CampaignStore", "EpochReport",
+    "ACTIVE_STATES", "FINISHED_STATES", "STUDY_STATES", "TRIAL_STATES", "CampaignStore", "EpochReport",
     "MetricsStore", "StoreReader", "Study", "TokenStore", "Trial", "best_trial", "direction_of",
     "objective_of", "open_store", "pick_best", "spec_of", "usable",
 ]

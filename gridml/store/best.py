@@ -1,6 +1,9 @@
 """The one rule for objectives and the best trial, used by every reader of a study.
 
-- A trial's objective is the objective metric of its last epoch with a finite value.
+- A trial's objective is the objective metric of its last epoch (the last one that reports
+  that metric). When that value is not finite (NaN, inf) the trial has no objective: it
+  *diverged* (:func:`diverged`; the controller gives it the trial state ``diverged``), and an
+  earlier finite epoch does not stand in for it (its model is the diverged one).
 - The best trial is the completed trial with the lowest (``minimize``) or highest
   (``maximize``) objective; a None or non-finite (NaN, inf) objective is never best; ties go to
   the lower trial number. An infeasible trial (a ``search.constraints`` entry not met) is never
@@ -26,13 +29,29 @@ from gridml.store.spec import search_of, stored_search
 T = TypeVar("T")
 
 
-def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
-    """A trial's objective: the objective metric of its last epoch with a finite value."""
-    for report in reversed(epochs):
-        value = report.metrics.get(metric)
-        if usable(value):
-            return float(value)  # type: ignore[arg-type]
+def last_value(epochs: list[EpochReport], metric: str) -> float | None:
+    """The value of ``metric`` in the last epoch that reports it (NaN/inf as they are)."""
+    for report in sorted(epochs, key=lambda r: r.epoch, reverse=True):
+        if metric in report.metrics:
+            value = report.metrics[metric]
+            return float(value) if isinstance(value, (int, float)) else float("nan")
     return None
+
+
+def objective_of(epochs: list[EpochReport], metric: str) -> float | None:
+    """A trial's objective: the objective metric of its last epoch (None when no epoch reports
+    it, or when that last value is not finite: the trial diverged)."""
+    value = last_value(epochs, metric)
+    return value if usable(value) else None
+
+
+def diverged(epochs: list[EpochReport], search: SearchLike) -> bool:
+    """An objective (``search.objectives``) whose last reported value is not finite."""
+    for metric, _ in stored_search(search).goals():
+        value = last_value(epochs, metric)
+        if value is not None and not usable(value):
+            return True
+    return False
 
 
 def direction_of(study: Study) -> str:

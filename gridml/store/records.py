@@ -2,10 +2,15 @@
 
 Trial states::
 
-    queued ──▶ submitted ──▶ running ──▶ completed | failed | pruned | killed
+    queued ──▶ submitted ──▶ running ──▶ completed | failed | pruned | killed | diverged
     (queued: proposed or enqueued by an external optimizer, not yet submitted;
      submitted: the submission is recorded *before* the executor is called, so a restarted
-     controller re-attaches instead of submitting twice)
+     controller re-attaches instead of submitting twice;
+     diverged: the payload ended, but an objective of its last epoch is not finite (NaN, inf):
+     never best, never on the Pareto front, told to the searcher as a failure)
+
+Study states: running | finished | stopped (Ctrl-C, or stopped by hand) | closed (its external
+optimizer is done) | failed (the server's controller could not run it: see gridml.service).
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from typing import Any
 # definition for what rank 0 spools and posts and what the store keeps; null <-> NaN both ways.
 from payloads.runtime.report import EpochReport
 
-TRIAL_STATES = ("queued", "submitted", "running", "completed", "failed", "pruned", "killed")
+TRIAL_STATES = ("queued", "submitted", "running", "completed", "failed", "pruned", "killed",
+                "diverged")
 ACTIVE_STATES = ("queued", "submitted", "running")
-FINISHED_STATES = ("completed", "failed", "pruned", "killed")
-__all__ = ["ACTIVE_STATES", "FINISHED_STATES", "TRIAL_STATES", "EpochReport", "Study", "Trial"]
+FINISHED_STATES = ("completed", "failed", "pruned", "killed", "diverged")
+STUDY_STATES = ("running", "finished", "stopped", "closed", "failed")
+__all__ = ["ACTIVE_STATES", "FINISHED_STATES", "STUDY_STATES", "TRIAL_STATES", "EpochReport",
+           "Study", "Trial"]
 
 
 @dataclass
@@ -30,7 +38,7 @@ class Study:
     name: str
     spec: dict[str, Any]  # the resolved spec (JSON form)
     spec_hash: str
-    state: str = "running"  # running | finished | stopped | closed
+    state: str = "running"  # running | finished | stopped | closed | failed
     created: datetime | None = None
     token: str | None = None  # plain study token: only returned by create_study
 

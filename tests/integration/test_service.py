@@ -42,7 +42,7 @@ def test_registered_study_is_asked_planned_and_submitted(gridml_home: Path, tmp_
 def test_a_study_no_campaign_can_be_built_from_never_stops_the_others(
         gridml_home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Two broken studies registered before a good one (a spec whose backend is not a section, one
-    no Spec validates): each is logged and stopped, and the good one is driven in the same cycle."""
+    no Spec validates): each is logged and set failed, and the good one is driven in the same cycle."""
     register_tiny_datasets(LocalStore(settings().store_dir), tmp_path, "user.s")
     spec = write_spec(tmp_path / "spec.yaml", "good", "user.s:train", "user.s:val",
                       backend="backend: {executor: dryrun, data: local, server: embedded}\n")
@@ -59,10 +59,10 @@ def test_a_study_no_campaign_can_be_built_from_never_stops_the_others(
         service = CampaignService(store, settings().runs_dir, server.url, poll_s=0)
         with caplog.at_level(logging.ERROR, logger="gridml.service"):
             assert service.run_once() == 1
-        assert [store.get_study(s.id).state for s in bad] == ["stopped", "stopped"]
+        assert [store.get_study(s.id).state for s in bad] == ["failed", "failed"]
         assert all(any(s.name in r.getMessage() for r in caplog.records) for s in bad)
         trials = store.list_trials(good["id"])
         assert [t.state for t in trials] == ["running", "running"]
-        assert service.run_once() == 1  # the stopped ones are no longer taken up
+        assert service.run_once() == 1  # the failed ones are no longer taken up
         assert store.get_study(good["id"]).state == "running"
         service.stop()

@@ -41,10 +41,11 @@ def test_unknown_direction_minimizes() -> None:
     assert best_trial(study("sideways"), [trial(0, 2.0), trial(1, 1.0)]).number == 1
 
 
-def test_objective_is_the_last_finite_value_of_the_metric() -> None:
+def test_objective_is_the_last_value_of_the_metric_none_when_it_diverged() -> None:
     reps = [EpochReport(1, {"val_loss": 0.5}, 1.0), EpochReport(2, {"val_loss": math.nan}, 1.0),
             EpochReport(3, {"loss": 0.1}, 1.0)]
-    assert objective_of(reps, "val_loss") == 0.5
+    assert objective_of(reps, "val_loss") is None  # epoch 2 (the last with val_loss) is NaN
+    assert objective_of(reps[:1] + reps[2:], "val_loss") == 0.5
     assert objective_of(reps, "val_auc") is None
     assert objective_of([EpochReport(1, {"val_loss": math.inf}, 1.0)], "val_loss") is None
     assert objective_of([], "val_loss") is None

@@ -132,6 +132,10 @@ function renderTable() {
       td.textContent = key === "last_heartbeat" && v ? new Date(v).toLocaleTimeString()
         : key === "wait" && v !== null ? (100 * v).toFixed(1) + "%" : fmt(v);
       if (key === "state") td.className = "state-" + v;
+      if (key === "objective" && trial.state === "diverged") {
+        td.textContent = "NaN"; td.className = "state-diverged";
+        td.title = "diverged: an objective of the last epoch is not finite; never best";
+      }
       if (key === "wait" && v > 0.2) { td.classList.add("input-bound"); td.title = "input-bound: > 20% of the epoch waiting for data"; }
     });
   });

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from gridml.errors import ConflictError, GridmlError, NotFoundError, StoreError
 from gridml.store.best import direction_of, pick_best
-from gridml.store.records import TRIAL_STATES, EpochReport, Study, Trial
+from gridml.store.records import STUDY_STATES, TRIAL_STATES, EpochReport, Study, Trial
 from gridml.store.sql import convert, epochs_sql
 from gridml.store.sql.convert import utcnow
 from gridml.store.sql.engine import WriteLock, make_engine, migrate, writer
@@ -26,7 +26,6 @@ from gridml.store.sql.models import EpochRow, OutputRow, StudyRow, TokenRow, Tri
 from gridml.store.sql.tokens import TokensMixin, new_token
 
 # closed: its external optimizer is done, no more trials are enqueued (the campaign drains)
-STUDY_STATES = ("running", "finished", "stopped", "closed")
 UPDATABLE = {"state", "objective", "error", "external_id", "attempts", "started", "finished",
              "outputs", "hparams", "epochs_done", "last_heartbeat", "objectives", "violations"}
 MAX_ID = 2**31 - 1  # ids are 32-bit INTEGER columns (PostgreSQL)
