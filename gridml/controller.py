@@ -108,6 +108,9 @@ class Campaign:
         self.study = ensure_study(self.store, self.loaded)
         self.spec = self.loaded.spec
         self.paths: StudyPaths = RunsLayout(self.runs_dir).study(self.study.name)
+        # silence is judged only over the time this controller listened: while it was down (and
+        # its API with it) no trial could report, so downtime is no evidence of a hang
+        self._listening_since = now()
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self) -> Study:
@@ -271,11 +274,18 @@ class Campaign:
             self.finalize(trial, TaskStatus("failed", f"no heartbeat for {timeout}: the trial hung"))
 
     def _silent(self, trial: Trial) -> bool:
-        last = trial.last_heartbeat or trial.started
-        if last is None:
-            return False
-        if last.tzinfo is None:
-            last = last.replace(tzinfo=UTC)
+        """Silent past ``backend.heartbeat_timeout``, judged on evidence: the last sign of life
+        is the newest of its heartbeat, its start, when this controller began listening
+        (``gridml resume`` after a downtime: the trial could not report meanwhile) and what
+        it last wrote to its outputs folder (spool, result.json, model: a trial that finished
+        training and is writing its outputs or retrying its posts is not hung)."""
+        signs = [t for t in (trial.last_heartbeat, trial.started, self._listening_since)
+                 if t is not None]
+        signs = [t.replace(tzinfo=UTC) if t.tzinfo is None else t for t in signs]
+        written = _newest_mtime(self._workdir(trial) / "outputs")
+        if written is not None:
+            signs.append(datetime.fromtimestamp(written, UTC))
+        last = max(signs)
         return (now() - last).total_seconds() > parse_walltime(self.spec.backend.heartbeat_timeout)
 
     def finalize(self, trial: Trial, status: TaskStatus) -> None:
@@ -408,6 +418,20 @@ def _write_private(path: Path, text: str) -> None:
     tmp.write_text(text)
     tmp.chmod(0o600)
     tmp.rename(path)
+
+
+def _newest_mtime(folder: Path) -> float | None:
+    """The newest modification time of the files directly in ``folder`` (None: none)."""
+    times = []
+    try:
+        for p in folder.iterdir():
+            try:
+                times.append(p.stat().st_mtime)
+            except OSError:
+                continue
+    except OSError:
+        return None
+    return max(times, default=None)
 
 
 def _read_int(path: Path) -> int:

@@ -8,6 +8,7 @@ never starts a trial twice.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from gridml.errors import ExecutorError
 from gridml.executors.base import TaskRequest, TaskStatus
-from gridml.executors.logs import last_error_line, tail
+from gridml.executors.logs import exit_message, tail
 from gridml.planner import local_payload_command
 
 # torchrun exits 1 whatever its rank's code: the torch payload writes its own code (2 bad trial or
@@ -38,6 +39,19 @@ def _alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().split(") ", 1)[1][0] != "Z"
     except OSError:
+        return False
+
+
+def _finished_here(run: Path) -> bool:
+    """The attempt in ``run`` wrote ``result.json`` (the payload's last act, after its model),
+    stating a finished training: written after this attempt started (an earlier attempt's is
+    removed by the payload when it starts)."""
+    result = run.parent / "outputs" / "result.json"
+    try:
+        doc = json.loads(result.read_text())
+        return (isinstance(doc, dict) and doc.get("state") in ("completed", "pruned", "diverged")
+                and result.stat().st_mtime >= (run / "pid").stat().st_mtime)
+    except (OSError, ValueError):
         return False
 
 
@@ -89,8 +103,8 @@ class LocalExecutor:
             if code == 0:
                 return TaskStatus("completed")
             log_tail = tail(run / "payload.log")
-            why = last_error_line(tail(run / "payload.log", 100))  # torchrun's summary: ~40 lines
-            return TaskStatus("failed", f"payload exited with code {code}" + (f": {why}" if why else ""),
+            # torchrun's summary (~40 lines) names the failed rank and its code or signal
+            return TaskStatus("failed", exit_message(code, tail(run / "payload.log", 100)),
                               log_tail)
         pid = self._pid(run)
         if pid is not None and _alive(pid):
@@ -100,6 +114,9 @@ class LocalExecutor:
         time.sleep(0.2)  # the wrapper may be writing its exit code right now
         if code_file.exists():
             return self.poll(handle)
+        if _finished_here(run):  # it wrote its final result, then its wrapper was lost
+            return TaskStatus("completed", "the payload's process vanished after it wrote "
+                              "result.json: its outputs are adopted")
         return TaskStatus("failed", "the payload's process vanished without an exit code",
                           tail(run / "payload.log"))
 
