@@ -280,8 +280,8 @@ def _plots(out: Path, hist: np.ndarray, eff_s: np.ndarray, eff_b: np.ndarray, ti
     ax.set_xlabel("signal efficiency")
     ax.set_ylabel("background rejection 1/eps_bkg")
     ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
+    ax.grid(True, alpha=0.3)
+    fig.subplots_adjust(left=0.16, bottom=0.13, right=0.97, top=0.92)  # tight_layout: 10x slower
     fig.savefig(out / "roc.png", dpi=100)
     plt.close(fig)
 
@@ -302,6 +302,6 @@ def _plots(out: Path, hist: np.ndarray, eff_s: np.ndarray, eff_b: np.ndarray, ti
     ax.set_ylabel("weighted fraction")
     ax.set_title(title)
     ax.legend()
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.16, bottom=0.13, right=0.97, top=0.92)
     fig.savefig(out / "scores.png", dpi=100)
     plt.close(fig)
