@@ -74,10 +74,16 @@ class Batch:
         """
         self.kappa = kappa
         self.score = self._ei if kappa is None else self._lcb(kappa)
-        if not self.pool_ready:  # one candidate pool per batch, tracked through the lies
-            self.post.track(np.vstack([self._random(), self._around(self.anchors, 0.1, 64)]))
-            self.pool_ready = True
-        feats, score = self._search()
+        if len(self.post.y) > LOCAL_ABOVE:  # one pool per batch, tracked through the lies
+            if not self.pool_ready:
+                self.post.track(self._pool())
+                self.pool_ready = True
+            assert self.post.pool is not None
+            pool, pool_score = self.post.pool.feats, self._acquire(*self.post.predict_pool())
+        else:  # a fresh pool per point: the batch's later points explore other candidates
+            pool = self._pool()
+            pool_score = self.score(pool)
+        feats, score = self._search(pool, pool_score)
         for i in np.argsort(-score):
             cols = self.enc.snap(feats[i : i + 1])
             key = self.space.keys(cols)[0]
@@ -87,10 +93,11 @@ class Batch:
                 return self.space.points(cols)[0]
         return None
 
-    def _search(self) -> tuple[np.ndarray, np.ndarray]:
-        assert self.post.pool is not None
-        pool = self.post.pool.feats
-        score = self._acquire(*self.post.predict_pool())
+    def _pool(self) -> np.ndarray:
+        """Candidates: ``candidates`` uniform draws and 64 around each of the best observations."""
+        return np.vstack([self._random(), self._around(self.anchors, 0.1, 64)])
+
+    def _search(self, pool: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(-score)[:STARTS]
         starts, start_score = pool[order], score[order]
         local = len(self.post.y) > LOCAL_ABOVE
