@@ -28,6 +28,7 @@ from gridml.data.base import DataManager, FileInfo
 from gridml.errors import ConflictError, GridmlError, NotFoundError, SpecError, UsageError
 from gridml.executors.base import Executor, StudyDriver, TaskRequest, TaskStatus
 from gridml.layout import RunsLayout, StudyPaths
+from gridml.live import LiveChannel
 from gridml.search.study import propose
 from gridml.spec import LoadedSpec, Spec, parse_walltime
 from gridml.store import (
@@ -108,6 +109,10 @@ class Campaign:
         self.study = ensure_study(self.store, self.loaded)
         self.spec = self.loaded.spec
         self.paths: StudyPaths = RunsLayout(self.runs_dir).study(self.study.name)
+        # spools read while trials run, decisions and stalls through the trial folders
+        self.live = LiveChannel(self.store, self.study.id, self.paths,
+                                self.spec.search.model_dump(mode="json"),
+                                self.spec.backend.stall_timeout)
         # silence is judged only over the time this controller listened: while it was down (and
         # its API with it) no trial could report, so downtime is no evidence of a hang
         self._listening_since = now()
@@ -134,6 +139,8 @@ class Campaign:
                 self.on_cycle(self.study, self.store.list_trials(self.study.id))
             return done
         trials = self.store.list_trials(self.study.id)
+        if not self._remote:  # the live channel: new epochs and decisions (gridml/live.py)
+            self.live.cycle(t for t in trials if t.state in ("submitted", "running"))
         for trial in trials:
             if trial.state in ("submitted", "running"):
                 self._follow(trial)
@@ -266,6 +273,14 @@ class Campaign:
             self.finalize(trial, status)
         elif status.state in ("submitted", "running") and status.state != trial.state:
             self.store.update_trial(trial.id, state=status.state)  # e.g. queued at PanDA
+        elif status.state == "running" and not self._remote and (stall := self.live.stalled(trial)):
+            self.live.stop_stalled(self._executor, handle)  # stacks dumped to the log, then killed
+            tail = self._executor.poll(handle).log_tail
+            if self.live.first_stall(trial):  # retried once (a free attempt), whatever retries
+                self._add_free_attempt(trial)
+                self.finalize(trial, TaskStatus("failed", stall, tail))
+            else:
+                self.store.update_trial(trial.id, state="failed", error=stall, finished=now())
         elif status.state == "running" and self._executor.watch_heartbeats and self._silent(trial):
             # (grid/HPC nodes often have no outbound network: no heartbeats; PanDA and Slurm
             # enforce the walltime: their executors set watch_heartbeats = False)

@@ -8,10 +8,12 @@
         ├── controller.log              the controller's log (`gridml submit` / `resume`)
         ├── convergence.png             the study's convergence plot
         ├── inputs/                     staged input files (local and Slurm runs)
+        ├── live.json                   the live channel's spool offsets (gridml/live.py)
         ├── model/                      a model sent by a remote `gridml submit` (the server's copy)
         ├── phpo/                       the study's phpo task: panda.json, sandbox/, evaluations/
         └── trial-NNNN/                 one trial: trial.json, outputs/ (metrics.jsonl spool),
-                                        attempt-N/, interrupted, panda.json or slurm.json
+                                        attempt-N/, interrupted, panda.json or slurm.json,
+                                        progress.json and decision.json (the live channel)
 
 The CLI, the runner, the controller, the server's controller and the executors take these paths
 from here (gridml/report.py still spells ``convergence.png`` itself).
@@ -72,6 +74,19 @@ class StudyPaths:
 
     def trial_outputs(self, number: int) -> Path:
         return self.trial(number) / "outputs"
+
+    @property
+    def live_state(self) -> Path:
+        """The live channel's byte offsets in the running trials' spools (gridml/live.py)."""
+        return self.root / "live.json"
+
+    def progress(self, number: int) -> Path:
+        """The payload's progress (epoch, batches), replaced by rename (payloads/runtime/channel.py)."""
+        return self.trial(number) / "progress.json"
+
+    def decision(self, number: int) -> Path:
+        """The controller's early-stopping decision for the payload (payloads/runtime/channel.py)."""
+        return self.trial(number) / "decision.json"
 
     def interrupted(self, number: int) -> Path:
         """How many of the trial's attempts were interrupted (Ctrl-C, lost node): free retries."""

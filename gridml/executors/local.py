@@ -55,6 +55,27 @@ def _finished_here(run: Path) -> bool:
         return False
 
 
+def _leaves(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that have no child in it (Linux /proc; else the leader)."""
+    procs: dict[int, int] = {}  # pid -> parent pid, in the group
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return [pgid]
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            procs[int(name)] = int(fields[1])
+    parents = set(procs.values())
+    return [p for p in procs if p not in parents] or [pgid]
+
+
 class LocalExecutor:
     name = "local"
     remote = False
@@ -137,6 +158,19 @@ class LocalExecutor:
                 if not _alive(pid):
                     return
                 time.sleep(0.1)
+
+    def dump(self, handle: str) -> None:
+        """SIGUSR2 to the trial's processes that start no other (its ranks, not the wrapper shell
+        or the launcher, which it would end): each dumps its threads' stacks to the log
+        (faulthandler, payloads/runtime/entry.py) and goes on; a stalled trial is killed next."""
+        pid = self._pid(Path(handle))
+        if pid is None:
+            return
+        for p in _leaves(pid):
+            try:
+                os.kill(p, signal.SIGUSR2)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def close(self) -> None:
         for handle in list(self._children):

@@ -289,8 +289,11 @@ class Backend(_Strict):
     server: str = Field("embedded", description="'embedded' or the URL of a `gridml serve`")
     retries: int = Field(1, ge=0, description="resubmissions of a failed trial")
     heartbeat_timeout: str | int = Field("15m", description="a running trial silent this long fails")
+    stall_timeout: str | int = Field(
+        "30m", description="a running trial that finishes no batch this long is stalled: its "
+        "stack is dumped to its log, it is killed and retried once (progress.json, gridml/live.py)")
 
-    @field_validator("heartbeat_timeout")
+    @field_validator("heartbeat_timeout", "stall_timeout")
     @classmethod
     def _hb(cls, v: str | int) -> str | int:
         parse_walltime(v)

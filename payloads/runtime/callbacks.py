@@ -57,6 +57,14 @@ class EpochReporter(keras.callbacks.Callback):
                  extra: Callable[[], dict[str, Any]] | None = None) -> None:
         super().__init__()
         self.core, self.profiler, self.extra = core, profiler, extra or dict
+        # the batch hook below ignores its logs: Keras need not turn them into numbers (a sync)
+        self._supports_tf_logs = True
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.core.begin_epoch(epoch + 1, (self.params or {}).get("steps"))
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.core.batch_done()  # progress.json (rank 0, every few seconds): stall detection
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if not self.core.end_epoch(epoch + 1, dict(logs or {}), self.profiler.last, self.extra):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
-from payloads.runtime import figures, outputs, profile
+from payloads.runtime import channel, figures, outputs, profile
 from payloads.runtime.errors import PayloadFailure
 from payloads.runtime.report import EpochReport
 from payloads.runtime.trial import TrialDoc
@@ -208,6 +208,19 @@ class TrialCore:
         self.costs = dict(costs or {})
         self.checkpoints = bool(cfg.training.options.checkpoint)
         self.stop_reason: str | None = None
+        # rank 0's progress.json in the trial's folder (payloads/runtime/channel.py)
+        self.progress = channel.Progress(cfg.output_dir.parent) if rank == 0 else None
+
+    # ---- progress (both loops: each epoch's start and each training batch) ----------------
+    def begin_epoch(self, epoch: int, batches: int | None) -> None:
+        """Epoch ``epoch`` (1-based) of ``batches`` training batches starts."""
+        if self.progress is not None:
+            self.progress.epoch_start(epoch, batches)
+
+    def batch_done(self) -> None:
+        """A training batch finished (rank 0 rewrites progress.json every few seconds)."""
+        if self.progress is not None:
+            self.progress.batch()
 
     # ---- checkpoints -----------------------------------------------------------------------
     def resume(self) -> int:
@@ -236,6 +249,8 @@ class TrialCore:
         for the report's extra) and checkpoints; returns False when training is to stop."""
         if self.rank == 0:
             self.report(build_report(epoch, logs, prof, extra(), self.costs))
+            if self.progress is not None:
+                self.progress.epoch_end()
         return not self.should_stop(epoch)
 
     def report(self, report: EpochReport) -> None:
@@ -252,12 +267,14 @@ class TrialCore:
 
     def should_stop(self, epoch: int) -> bool:
         """Every rank after epoch ``epoch``: with early stopping and epochs still to run, rank 0
-        asks the server and every rank gets its answer."""
+        asks the server (with no API: reads the controller's decision.json, channel.py) and
+        every rank gets its answer."""
         if not (self.cfg.early_stopping and epoch < self.cfg.training.epochs):
             return False
         decision = (False, "")
         if self.rank == 0 and self.reporter is not None:
-            decision = self.reporter.should_stop()
+            decision = self.reporter.should_stop() if self.reporter.api is not None \
+                else channel.read_decision(self.cfg.output_dir.parent, epoch)  # no API: the folder
         stop, reason = self.broadcast(decision)
         if stop:
             self.stop_reason = reason or "the server asked to stop"

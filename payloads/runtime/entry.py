@@ -4,7 +4,9 @@ line on stderr (``gridml payload error: ...``), which the executors report."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -23,6 +25,10 @@ def run_payload(argv: list[str], *, usage: str, rank: int, framework: str,
         return 2
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s [payload r{rank}] %(message)s", datefmt="%H:%M:%S")
+    # a stalled trial's controller sends SIGUSR2 before killing it: every thread's stack goes to
+    # the log (gridml/live.py); the payload goes on running
+    if hasattr(signal, "SIGUSR2"):
+        faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True)
     try:
         cfg = load_trial(argv[0])
         if cfg.training.framework != framework:

@@ -370,9 +370,11 @@ class Trainer:
         t0, cpu0, w0 = time.perf_counter(), time.process_time(), self._wait()
         self.model.train()
         m = torch_model.Metrics(self.metric_names, self.cfg.training.loss, self.device)
+        self.core.begin_epoch(epoch + 1, steps)
         for _ in range(steps):
             x, y, w = next(stream)
             self._step(x, y, w, m)
+            self.core.batch_done()  # progress.json (rank 0, every few seconds): stall detection
         logs = m.reduce(self.ranks.all_reduce)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -154,3 +154,14 @@ def cancel(job_id: str) -> None:
         if re.search(r"invalid job id|already completing or completed|job has finished", err, re.I):
             return
         raise ExecutorError(f"scancel {job_id}: {err}")
+
+
+def signal(job_id: str, sig: str) -> None:
+    """``scancel --signal=SIG --full``: ``sig`` to every process of the job (the batch script's
+    too, not only its steps); the job goes on unless the signal ends it."""
+    proc = _run(["scancel", f"--signal={sig}", "--full", job_id], what=f"scancel --signal={sig} {job_id}")
+    if proc.returncode != 0:
+        err = _first_error(proc.stderr)
+        if re.search(r"invalid job id|already completing or completed|job has finished", err, re.I):
+            return
+        raise ExecutorError(f"scancel --signal={sig} {job_id}: {err}")

@@ -24,7 +24,9 @@ Shared filesystem: trials read their staged inputs and write ``outputs/`` (with 
 spool ``metrics.jsonl``) under ``$GRIDML_HOME/runs``, which the nodes must see at the same path.
 A metrics API on a loopback address cannot be reached from a compute node: the trial document the
 ranks read (``attempt-N/trial.json``) then has no API and the metrics come through the spool,
-which the controller ingests when the job ends; a reachable API (``gridml serve``) gets them live.
+which the controller reads each cycle while the job runs; early-stopping decisions go back as
+``decision.json`` and ``progress.json`` tells a stalled job (gridml/live.py, docs/hpc.md), which
+gets ``scancel --signal=USR2`` (stack dumps, :meth:`SlurmExecutor.dump`) before ``scancel``.
 """
 
 from __future__ import annotations
@@ -309,6 +311,12 @@ class SlurmExecutor:
         if workdir is not None:
             journal.update_attempt(workdir, attempt, killed=journal.now())
         self._final.pop(job_id, None)
+
+    def dump(self, handle: str) -> None:
+        """Every rank's stacks into the job's log before a stalled trial is killed: SIGUSR2 to
+        the job's processes (faulthandler, payloads/runtime/entry.py; gridml/live.py)."""
+        cli.signal(job_id_of(handle), "USR2")
+        log.info("%s: SIGUSR2 sent (stack dump)", handle)
 
     def close(self) -> None:
         """Nothing runs in this process: jobs go on in Slurm (Ctrl-C cancels them through
