@@ -10,7 +10,7 @@ from typing import Any
 
 from payloads.runtime import callbacks as cbs, costs, gpu, outputs, threads
 from payloads.runtime.checkpoint import Checkpointer
-from payloads.runtime.core import TrialCore, run_guarded
+from payloads.runtime.core import TrialCore, metric_hook, run_guarded
 from payloads.runtime.session import (build_model, gather_threads, make_reporter, open_data,
                                       reader_processes)
 from payloads.runtime.trial import TrialDoc
@@ -25,6 +25,30 @@ def _costs(cfg: TrialDoc, model: Any, data: Any) -> dict[str, float]:
     measured = costs.keras_costs(model, rows)
     log.info("model costs: %s", ", ".join(f"{k}={v:.4g}" for k, v in measured.items()))
     return measured
+
+
+def keras_metric_names(cfg: TrialDoc) -> tuple[Any, list[str], list[str]]:
+    """(the model file's metrics hook, the names it gives, the names Keras computes): the
+    figures of merit are computed by gridml, a name Keras does not know must come from the
+    hook (payloads/runtime/core.py: metric_hook)."""
+    from tensorflow import keras
+
+    from payloads.runtime.figures import is_figure
+    from payloads.runtime.userfile import import_model_file
+
+    def known(name: str) -> bool:
+        if name.lower() in ("accuracy", "auc", "precision", "recall"):
+            return True
+        if is_figure(name):
+            return False
+        try:
+            return callable(keras.metrics.get(name))
+        except (ValueError, TypeError):
+            return False
+
+    names = tuple(m for m in cfg.training.metrics if known(m))
+    module = import_model_file(cfg.model_file)[0]
+    return metric_hook(cfg, module, tuple(n.lower() for n in names) + names)
 
 
 def _callbacks(data: Any, hvd: Any, htf: Any, core: TrialCore,
@@ -71,7 +95,6 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
 
     from payloads.runtime import keras_figures as kf
     from payloads.runtime.core import ValidationFigures, weight_factors
-    from payloads.runtime.session import keras_metric_names
 
     hook, hook_names, keras_names = keras_metric_names(cfg)
     model = build_model(cfg, data, hvd, keras_names)

@@ -102,7 +102,7 @@ class FiguresCallback(keras.callbacks.Callback):
             gathered = self.gather((y, scores, w))
         if self.rank == 0:
             got = fig.metrics(merged, gathered)
-            if "val_auc" in logs:  # ours: over every rank's scores, weighted
+            if "val_auc" in logs and fig.disc is not None:  # ours: every rank's, weighted
                 got["val_auc"] = figures.auc(*figures.sig_bkg(merged, fig.disc))
             logs.update(got)
         else:

@@ -171,31 +171,6 @@ def _input_shape(loader: inputs.ShardedLoader, feats: list[str]) -> Any:
     return shapes[0] if len(shapes) == 1 else tuple(shapes)
 
 
-def keras_metric_names(cfg: TrialDoc) -> tuple[Any, list[str], list[str]]:
-    """(the model file's metrics hook, the names it gives, the names Keras computes): the
-    figures of merit are computed by gridml, a name Keras does not know must come from the
-    hook (payloads/runtime/core.py: metric_hook)."""
-    from tensorflow import keras
-
-    from payloads.runtime.core import metric_hook
-    from payloads.runtime.figures import is_figure
-    from payloads.runtime.userfile import import_model_file
-
-    def known(name: str) -> bool:
-        if name.lower() in ("accuracy", "auc", "precision", "recall"):
-            return True
-        if is_figure(name):
-            return False
-        try:
-            return callable(keras.metrics.get(name))
-        except (ValueError, TypeError):
-            return False
-
-    names = tuple(m for m in cfg.training.metrics if known(m))
-    module = import_model_file(cfg.model_file)[0]
-    return metric_hook(cfg, module, tuple(n.lower() for n in names) + names)
-
-
 def build_model(cfg: TrialDoc, data: Data, hvd: Any, metrics: list[str] | None = None) -> Any:
     """The compiled model; ``metrics``: the names Keras computes (default training.metrics),
     weighted by the event weights with data.weights."""

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from test_payload_train import ROOT, run_payload, write_trial
+from test_payload_train import run_payload, write_trial
 
 pytestmark = pytest.mark.slow
 
