@@ -41,7 +41,8 @@ def needs_torch() -> None:
 
 # What a user's shell may hold that would point a test at the user's own store or server.
 USER_VARIABLES = ("GRIDML_HOME", "GRIDML_DB_URL", "GRIDML_DATA_BACKEND", "GRIDML_SERVER",
-                  "GRIDML_TOKEN", "GRIDML_CREATE_TOKEN", "GRIDML_SERVE_DB", "GRIDML_TRIAL_DIR")
+                  "GRIDML_TOKEN", "GRIDML_CREATE_TOKEN", "GRIDML_SERVE_DB", "GRIDML_TRIAL_DIR",
+                  "GRIDML_ADMIN_TOKEN", "GRIDML_ADMIN_TOKEN_FILE", "GRIDML_PAYLOAD_PYTHON")
 
 
 def pytest_configure(config: pytest.Config) -> None:
