@@ -13,10 +13,16 @@
 # compute nodes n1, n2 are network namespaces created here, linked to a bridge on this machine by
 # veth pairs, with addresses from 198.18.0.0/15 chosen from a hash of DIR (two clusters at once do
 # not collide); slurmctld listens on the bridge address under this machine's hostname. One munged
-# serves both nodes. No cgroups (proctrack/linuxproc, task/none) and no slurmdbd: terminal job
-# states (COMPLETED, FAILED, NODE_FAIL, TIMEOUT, ...) stay in squeue for MinJobAge=3600 s, and
-# jobcomp/filetxt keeps a record in DIR/log/jobcomp.txt. SlurmdTimeout=10: a killed slurmd turns its
-# job into NODE_FAIL in about 30 s. Needs root (namespaces, bridge). Partition: "gridml".
+# serves both nodes. No cgroups (proctrack/linuxproc, task/none: the namespaces share this
+# machine's cgroup, so no cgroup memory limit and no OUT_OF_MEMORY from the kernel's OOM killer).
+# Accounting as at a real site: slurmdbd on a MariaDB of its own (Debian's mariadb-server, data in
+# DIR/db, listening on 127.0.0.1 only, on a free port; slurmdbd too), jobacct_gather/linux (/proc),
+# MinJobAge=5: a finished job leaves squeue 5 s after its end and only `sacct` knows it then.
+# jobcomp/filetxt keeps a record in DIR/log/jobcomp.txt too. SlurmdTimeout=10: a killed slurmd turns
+# its job into NODE_FAIL in about 30 s. Needs root (namespaces, bridge). Partitions: "gridml" (the
+# default) and "urgent" on the same nodes, whose jobs preempt gridml's (PreemptType=
+# preempt/partition_prio, PreemptMode=REQUEUE: a requeueable job goes back to the queue, another
+# one ends PREEMPTED).
 set -euo pipefail
 log() { printf '[slurm-cluster] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -36,12 +42,12 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 install() {
   if [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/munged ] \
      && command -v sbatch >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1; then
-    return 0
+    [ -x /usr/sbin/slurmdbd ] && [ -x /usr/sbin/mariadbd ] && return 0
   fi
-  log "installing slurm-wlm and munge (apt)"
+  log "installing slurm-wlm, slurmdbd, mariadb-server and munge (apt)"
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends slurm-wlm munge \
-    iproute2 util-linux >/dev/null
+    slurmdbd mariadb-server iproute2 util-linux >/dev/null
 }
 PATH="/usr/sbin:/sbin:$PATH"
 
@@ -82,9 +88,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); prin
 
 write_conf() {
   [ -f "$CONF" ] && return 0
-  mkdir -p "$DIR"/{etc,state,spool,log,run,munge}
-  local port mem cpus
-  port="$(free_port)"
+  mkdir -p "$DIR"/{etc,state,spool,log,run,munge,db}
+  local port mem cpus dbport dbdport
+  port="$(free_port)"; dbport="$(free_port)"; dbdport="$(free_port)"
+  echo "$dbport" >"$DIR/etc/mariadb.port"
   cpus="$(nproc)"
   mem=$(( $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) / 2 ))
   cat >"$CONF" <<EOF
@@ -110,8 +117,14 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SwitchType=switch/none
 MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=5
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$dbdport
+AccountingStoragePass=$SOCK
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/log/jobcomp.txt
 SelectType=select/cons_tres
@@ -122,13 +135,72 @@ SlurmctldTimeout=30
 MessageTimeout=10
 KillWait=5
 InactiveLimit=0
-MinJobAge=3600
+MinJobAge=5
 ReturnToService=2
 OverTimeLimit=0
 NodeName=n1 NodeAddr=$NET.11 NodeHostname=$(hostname -s) CPUs=$cpus RealMemory=$mem State=UNKNOWN
 NodeName=n2 NodeAddr=$NET.12 NodeHostname=$(hostname -s) CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=gridml Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+PartitionName=gridml Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=10
 EOF
+  cat >"$DIR/etc/slurmdbd.conf" <<EOF
+# written by scripts/slurm-cluster.sh for $DIR
+AuthType=auth/munge
+AuthInfo=socket=$SOCK
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$dbdport
+SlurmUser=root
+LogFile=$DIR/log/slurmdbd.log
+PidFile=$DIR/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$dbport
+StorageUser=slurm
+StoragePass=gridml-test
+StorageLoc=slurm_acct_db
+EOF
+  chmod 600 "$DIR/etc/slurmdbd.conf"
+}
+
+# MariaDB for slurmdbd: its own data folder, socket and pid in DIR, TCP on 127.0.0.1 only
+mariadb_up() {
+  pid_alive "$DIR/run/mariadb.pid" && return 0
+  local sock="$DIR/run/mariadb.sock" fresh=0
+  if [ ! -d "$DIR/db/mysql" ]; then
+    mariadb-install-db --no-defaults --user=root --datadir="$DIR/db" --auth-root-authentication-method=socket \
+      --skip-test-db >"$DIR/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed: $DIR/log/mariadb-install.log"
+    fresh=1
+  fi
+  mariadbd --no-defaults --user=root --datadir="$DIR/db" --socket="$sock" \
+    --pid-file="$DIR/run/mariadb.pid" --bind-address=127.0.0.1 --port="$(cat "$DIR/etc/mariadb.port")" \
+    --log-error="$DIR/log/mariadb.log" --innodb-buffer-pool-size=64M --skip-name-resolve \
+    --innodb-flush-log-at-trx-commit=2 </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 1 120); do
+    mariadb --no-defaults --socket="$sock" -u root -e 'select 1' >/dev/null 2>&1 && break
+    sleep 0.25
+  done
+  mariadb --no-defaults --socket="$sock" -u root -e 'select 1' >/dev/null 2>&1 \
+    || die "MariaDB did not start in 30 s: $DIR/log/mariadb.log"
+  if [ "$fresh" = 1 ]; then
+    mariadb --no-defaults --socket="$sock" -u root -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY \
+      'gridml-test'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+  fi
+}
+
+slurmdbd_up() {
+  if ! pid_alive "$DIR/run/slurmdbd.pid"; then
+    SLURM_CONF="$CONF" slurmdbd
+  fi
+  local ok=0
+  for _ in $(seq 1 120); do
+    if SLURM_CONF="$CONF" sacctmgr -n list cluster format=cluster >/dev/null 2>&1; then ok=1; break; fi
+    sleep 0.25
+  done
+  [ "$ok" = 1 ] || die "slurmdbd did not answer in 30 s: $DIR/log/slurmdbd.log"
+  if ! SLURM_CONF="$CONF" sacctmgr -n list cluster format=cluster | grep -qw "gridml$key"; then
+    SLURM_CONF="$CONF" sacctmgr -i add cluster "gridml$key" >/dev/null
+  fi
 }
 
 munge_up() {
@@ -167,6 +239,8 @@ start() {
   write_conf
   network_up
   munge_up
+  mariadb_up
+  slurmdbd_up
   if ! pid_alive "$DIR/run/slurmctld.pid"; then
     SLURM_CONF="$CONF" slurmctld -f "$CONF"
   fi
@@ -197,6 +271,8 @@ stop() {
     for pid in $(ip netns pids "$(ns "$n")" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
   done
   stop_pid "$DIR/run/slurmctld.pid"
+  stop_pid "$DIR/run/slurmdbd.pid"
+  stop_pid "$DIR/run/mariadb.pid"
   stop_pid "$DIR/run/munged.pid"
   network_down
   log "stopped ($DIR)"
@@ -204,7 +280,7 @@ stop() {
 
 status() {
   local ok=0
-  for p in munged slurmctld slurmd-n1 slurmd-n2; do
+  for p in munged mariadb slurmdbd slurmctld slurmd-n1 slurmd-n2; do
     if pid_alive "$DIR/run/$p.pid"; then echo "$p: running ($(cat "$DIR/run/$p.pid"))"
     else echo "$p: stopped"; ok=1; fi
   done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages the test suite needs (Debian): Chromium + chromedriver for the dashboard test,
-# PostgreSQL for the server/store tests, Slurm + munge for the Slurm executor's tests. Idempotent: installs only what is missing.
+# PostgreSQL for the server/store tests, Slurm + munge + slurmdbd + MariaDB (accounting) for the Slurm executor's tests. Idempotent: installs only what is missing.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null || need+=(chromium)
@@ -9,6 +9,9 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 # the two-node Slurm test cluster (scripts/slurm-cluster.sh): slurmctld, slurmd, munge, nsenter
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || need+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || need+=(munge)
+# its accounting: slurmdbd on a MariaDB the cluster script starts in its own folder (127.0.0.1 only)
+[ -x /usr/sbin/slurmdbd ] || need+=(slurmdbd)
+[ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   echo "[system-deps] installing ${need[*]}" >&2

@@ -4,11 +4,16 @@
 the end of the session; skipped where this machine cannot make network namespaces (not root),
 failed in CI. ``slurm_env`` (function): SLURM_CONF set for the test and its subprocesses.
 Tests using them carry ``pytest.mark.service``.
+
+The cluster keeps accounting (slurmdbd on MariaDB) and forgets finished jobs in squeue after
+MinJobAge=5 s: :meth:`SlurmCluster.squeue` adds the jobs that left the queue from ``sacct``, so a
+test sees every job of the session; :meth:`SlurmCluster.sacct` asks accounting alone.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -47,9 +52,37 @@ class SlurmCluster:
     def node_start(self, node: str) -> None:
         self.script("node-start", node)
 
+    def _cmd(self, *argv: str) -> str:
+        return subprocess.run(list(argv), capture_output=True, text=True,
+                              env={**os.environ, **self.env}, timeout=60).stdout
+
     def squeue(self, *args: str) -> str:
-        return subprocess.run(["squeue", "--noheader", "-t", "all", *args], capture_output=True,
-                              text=True, env={**os.environ, **self.env}, timeout=60).stdout
+        """``squeue -t all ARGS``, then the jobs squeue no longer shows, from ``sacct``, in the
+        same format (``-o`` with %i, %j, %T; ``--name``)."""
+        shown = self._cmd("squeue", "--noheader", "-t", "all", *args)
+        opts = dict(zip(args[::2], args[1::2]))
+        fmt = opts.get("-o")
+        if fmt is None or set(re.findall(r"%\.?\d*(\w)", fmt)) - {"i", "j", "T"}:
+            return shown
+        name = ["--name", opts["--name"]] if "--name" in opts else []
+        queued = set(self._cmd("squeue", "--noheader", "-t", "all", "-o", "%i", *name).split())
+        rows = []
+        for job_id, job_name, state in self.sacct(*name):
+            if job_id not in queued:
+                values = {"i": job_id, "j": job_name, "T": state}
+                rows.append(re.sub(r"%\.?\d*(\w)", lambda m, v=values: v[m[1]], fmt))
+        return shown + "".join(row + "\n" for row in rows)
+
+    def sacct(self, *args: str) -> list[tuple[str, str, str]]:
+        """``sacct -X``: (job id, name, state) for every job of this cluster's session."""
+        out = self._cmd("sacct", "-X", "-a", "--parsable2", "--noheader", "-S", "now-1days",
+                        "-o", "JobID,JobName,State", *args)
+        rows = []
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3 and parts[0].isdigit():
+                rows.append((parts[0], parts[1], parts[2].split()[0] if parts[2] else ""))
+        return rows
 
     def cancel(self, *job_ids: str) -> None:
         if job_ids:

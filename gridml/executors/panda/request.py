@@ -17,6 +17,7 @@ from gridml import __version__
 from gridml.errors import ExecutorError
 from gridml.executors.panda import client as pc
 from gridml.executors.base import TaskRequest
+from gridml.executors.reach import reachable_api_url
 from gridml.planner import optional_output_files, output_files
 from gridml.executors.panda.render import PandaTask, job_command, render_task_params
 from gridml.executors.panda.sandbox import Sandbox, sandbox_for
@@ -100,11 +101,17 @@ def trial_sandbox(req: TaskRequest, extra: dict[str, bytes] | None = None) -> Sa
 
 def grid_trial_document(doc: dict[str, Any]) -> dict[str, Any]:
     """The trial file as the job gets it: input files by name (the pilot stages them into the
-    job's directory). A controller that staged them locally (the dry run) wrote paths."""
+    job's directory; a controller that staged them locally, the dry run, wrote paths), and no API
+    a worker node cannot reach (:func:`gridml.executors.reach.reachable_api_url`: the embedded
+    server's loopback URL): its metrics then come back in the spool with the outputs."""
     data = dict(doc["data"])
     for which in ("train", "validation"):
         data[which] = [Path(p).name for p in data.get(which, [])]
-    return dict(doc, data=data)
+    api = doc.get("api")
+    if api and reachable_api_url(api.get("url"), remote=True) is None:
+        log.debug("trial document without the API %s: a worker node cannot reach it", api.get("url"))
+        api = None
+    return dict(doc, data=data, api=api)
 
 
 def render_for_request(req: TaskRequest) -> dict[str, Any]:

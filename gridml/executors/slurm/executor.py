@@ -11,19 +11,21 @@ Nothing twice: the job name is ``gridml.<study>.trial-NNNN`` and its comment nam
 the trial's journal notes "submitting" before ``sbatch`` and the job id right after, so a
 controller killed at any point and resumed finds its job (journal, else ``squeue --name`` and the
 attempt comment) and never submits an attempt twice. A job cancelled on request is marked killed
-and never followed again: the next attempt is a new job. Jobs are not requeued by Slurm
-(``--no-requeue``); if a site requeues one anyway it is cancelled and reported lost, so the
-controller's next attempt is the only run.
+and never followed again: the next attempt is a new job. Jobs are not requeued by Slurm unless
+the spec asks (``--no-requeue``, ``slurm.options: {requeue: true}``); a job that Slurm requeues
+anyway (``scontrol requeue``, a preemption with ``PreemptMode=REQUEUE``) keeps its job id and is
+followed as the same attempt: no retry used, no second job.
 
 Job states -> trial states: PENDING -> submitted, RUNNING -> running, COMPLETED -> completed;
 FAILED (the payload's exit code), TIMEOUT (walltime), OUT_OF_MEMORY, DEADLINE -> failed (they use
-``backend.retries``); NODE_FAIL, BOOT_FAIL, PREEMPTED and a requeue -> failed with
-``infrastructure=True`` (resubmitted without using a retry); CANCELLED -> killed.
+``backend.retries``); NODE_FAIL, BOOT_FAIL, PREEMPTED -> failed with ``infrastructure=True``
+(resubmitted without using a retry); REQUEUED -> submitted (the same job); CANCELLED -> killed.
 
 Shared filesystem: trials read their staged inputs and write ``outputs/`` (with the metrics
 spool ``metrics.jsonl``) under ``$GRIDML_HOME/runs``, which the nodes must see at the same path.
-A metrics API on a loopback address cannot be reached from a compute node: the trial document the
-ranks read (``attempt-N/trial.json``) then has no API and the metrics come through the spool,
+A metrics API a compute node cannot reach (loopback: the embedded server;
+:func:`gridml.executors.reach.reachable_api_url`, the rule of every remote backend): the trial
+document the ranks read (``attempt-N/trial.json``) then has no API and the metrics come through the spool,
 which the controller reads each cycle while the job runs; early-stopping decisions go back as
 ``decision.json`` and ``progress.json`` tells a stalled job (gridml/live.py, docs/hpc.md), which
 gets ``scancel --signal=USR2`` (stack dumps, :meth:`SlurmExecutor.dump`) before ``scancel``.
@@ -31,18 +33,17 @@ gets ``scancel --signal=USR2`` (stack dumps, :meth:`SlurmExecutor.dump`) before 
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from gridml.errors import ExecutorError
 from gridml.executors.slurm import cli, journal
 from gridml.executors.base import TaskRequest, TaskStatus
+from gridml.executors.reach import reachable_api_url
 from gridml.executors.logs import last_error_line, tail
 from gridml.executors.slurm.render import attempt_dir, job_name, render_script
 
@@ -73,16 +74,6 @@ def job_id_of(handle: str) -> str:
     return job_id
 
 
-def loopback(url: str) -> bool:
-    host = urlparse(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _exit_code(run: Path) -> int | None:
     try:
         return int((run / "exit_code").read_text().strip())
@@ -108,8 +99,7 @@ def trial_status(info: cli.JobInfo, run: Path, *, killed: bool = False) -> TaskS
         return TaskStatus("failed", f"{head}: {LOST[state]}, not the payload; resubmitted without "
                                     "using a retry", log_tail, infrastructure=True)
     if state in REQUEUED:
-        return TaskStatus("failed", f"{head}: Slurm requeued it; gridml cancelled it and resubmits "
-                                    "the trial without using a retry", log_tail, infrastructure=True)
+        return TaskStatus("submitted", f"{head}: Slurm requeued it; followed as the same attempt")
     if state == "CANCELLED":
         return TaskStatus("killed", f"{head}: cancelled outside gridml (scancel or an "
                                     "administrator)", log_tail)
@@ -180,7 +170,7 @@ class SlurmExecutor:
     def _write_trial(req: TaskRequest, run: Path) -> Path:
         """The trial document the ranks read; without an API a node cannot reach (loopback)."""
         doc = req.trial
-        if doc.api is not None and loopback(doc.api.url):
+        if doc.api is not None and reachable_api_url(doc.api.url, remote=True) is None:
             doc = doc.replace(api=None)
         path = run / "trial.json"
         tmp = run / ".trial.json.tmp"
@@ -220,9 +210,10 @@ class SlurmExecutor:
         if info is None:
             status = self._gone(job_id, run, killed)
         else:
-            if info.restarts > 0 and not killed and info.state not in OVER:
-                self._cancel_requeued(job_id, workdir, attempt)
-                info = cli.JobInfo(job_id, "REQUEUED", info.reason, info.nodes, info.restarts)
+            if info.restarts > 0 and not killed and entry.get("restarts") != info.restarts:
+                log.warning("Slurm job %s was requeued (restart %d): followed as the same attempt",
+                            job_id, info.restarts)
+                journal.update_attempt(workdir, attempt, restarts=info.restarts)
             status = trial_status(info, run, killed=killed)
             if info.state == "FAILED" and not killed:
                 status = self._lost_node_or(status, info)
@@ -271,7 +262,8 @@ class SlurmExecutor:
         """squeue no longer shows the job (MinJobAge passed): sacct, else its exit code file."""
         info = cli.accounting(job_id)
         if info is not None:
-            return trial_status(info, run, killed=killed)
+            status = trial_status(info, run, killed=killed)
+            return self._lost_node_or(status, info) if info.state == "FAILED" and not killed else status
         if killed:
             return TaskStatus("killed", f"Slurm job {job_id}: cancelled on request (scancel)")
         code = _exit_code(run)
@@ -284,13 +276,6 @@ class SlurmExecutor:
                               + (f": {last}" if last else ""), log_tail)
         return TaskStatus("failed", f"Slurm job {job_id} is gone from the queue without an exit "
                                     "code and this site keeps no accounting (sacct)", log_tail)
-
-    def _cancel_requeued(self, job_id: str, workdir: Path, attempt: int) -> None:
-        log.warning("Slurm job %s was requeued by Slurm: cancelling it, the trial is resubmitted", job_id)
-        try:
-            cli.cancel(job_id)
-        finally:
-            journal.update_attempt(workdir, attempt, killed=journal.now(), state="REQUEUED")
 
     # -- control -----------------------------------------------------------------------------
     def kill(self, handle: str) -> None:
