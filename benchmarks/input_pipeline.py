@@ -73,7 +73,7 @@ def make_file(path: Path, size_gb: float, compression: str | None) -> int:
     return n
 
 
-def raw_preadv(path: Path) -> tuple[int, float]:
+def raw_preadv(path: Path, cache: str | None = None) -> tuple[int, float]:
     """The same whole chunks read as bytes at their file offsets (``os.preadv`` into a reused
     buffer, as gridml reads unfiltered data: payloads/runtime/pipeline/chunkio.py): the copy alone."""
     from payloads.runtime.pipeline.chunkio import open_direct
@@ -85,6 +85,7 @@ def raw_preadv(path: Path) -> tuple[int, float]:
             if dx is None or dy is None:
                 return 0, 1.0
             bx, by = np.empty((CHUNK, COLS), np.float32), np.empty(CHUNK, np.float32)
+            prime(path, cache)
             t0, n, rows = time.perf_counter(), 0, f["x"].shape[0]
             for s in range(0, rows, CHUNK):
                 e = min(rows, s + CHUNK)
@@ -162,7 +163,63 @@ def warm(path: Path) -> None:
             pass
 
 
-def raw(path: Path) -> tuple[int, float]:
+def drop(path: Path) -> None:
+    """Drop the file from this machine's page cache (not timed), right before a cold row:
+    written-back first (``fsync``: dirty pages are not dropped), then
+    ``posix_fadvise(POSIX_FADV_DONTNEED)``. (The VM's host may still cache its disk: "cold"
+    here is this kernel's cache, not a spinning disk.)"""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def resident(path: Path) -> float:
+    """The fraction of the file's pages in the page cache (``mincore``), to show what a row
+    started from."""
+    import ctypes
+    import mmap
+
+    size = path.stat().st_size
+    if size == 0:
+        return 0.0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return float("nan")
+        try:
+            vec = (ctypes.c_ubyte * pages)()
+            if libc.mincore(ctypes.c_void_p(addr), size, vec) != 0:
+                return float("nan")
+            return sum(b & 1 for b in vec) / pages
+        finally:
+            libc.munmap(ctypes.c_void_p(addr), size)
+    finally:
+        os.close(fd)
+
+
+def prime(path: Path, cache: str | None) -> None:
+    """The page cache as a row starts, the same for every row (not timed): ``warm`` reads the
+    whole file (:func:`warm`), ``cold`` drops it (:func:`drop`), None leaves it as it is.
+    Called right before each row's clock (after its untimed warm-up, if any)."""
+    if cache == "warm":
+        warm(path)
+    elif cache == "cold":
+        drop(path)
+
+
+def raw(path: Path, cache: str | None = None) -> tuple[int, float]:
+    prime(path, cache)
     t0, n = time.perf_counter(), 0
     with h5py.File(path, "r") as f:
         x, y = f["x"], f["y"]
@@ -183,7 +240,8 @@ def _count_tf(loader: ShardedLoader, take: int = -1) -> int:
                          lambda c, b: c + tf.shape(b[1], out_type=tf.int64)[0]))
 
 
-def gridml(path: Path, via_tf: bool, processes: int = 0) -> tuple[int, float, float]:
+def gridml(path: Path, via_tf: bool, processes: int = 0,
+           cache: str | None = None) -> tuple[int, float, float]:
     """One shuffled epoch; through tf.data it is consumed in-graph (``reduce``), as Keras'
     training loop consumes it, not by a Python loop over eager tensors (after a warm-up that
     pays TensorFlow's one-time start: graph building, thread pools)."""
@@ -200,6 +258,7 @@ def gridml(path: Path, via_tf: bool, processes: int = 0) -> tuple[int, float, fl
     loader = make()
     if processes:  # start the reader processes before the clock (a trial starts them once)
         loader._request([])
+    prime(path, cache)
     t0, n = time.perf_counter(), 0
     if via_tf:
         n = _count_tf(loader)
@@ -212,23 +271,25 @@ def gridml(path: Path, via_tf: bool, processes: int = 0) -> tuple[int, float, fl
     return n, dt, loader.wait_s
 
 
-def gridml_torch(path: Path, direct: bool = True) -> tuple[int, float, float]:
+def gridml_torch(path: Path, direct: bool = True,
+                 cache: str | None = "warm") -> tuple[int, float, float]:
     """Two shuffled epochs in one stream, as the torch payload consumes them
     (payloads.runtime.torch_fit.batches on the CPU: zero-copy tensors, recycled slab buffers):
     (rows per epoch, seconds of the first epoch, of the second). The first includes the
     loader's start (threads, first touch of its buffers), paid once per trial; the second is
-    what every later epoch runs at. ``direct=False``: every read through HDF5."""
+    what every later epoch runs at. ``direct=False``: every read through HDF5. ``cache``:
+    the page cache at the start (:func:`prime`); the second epoch reads what the first left."""
     import torch
 
     from payloads.runtime.torch_fit import batches
 
-    warm(path)
+    prime(path, cache)
     src = H5Source([str(path)], ["x", "y"], direct=direct)
     loader = ShardedLoader(src, ["x"], "y", batch=BATCH, seed=1, window=8, prefetch=8,
                            cache=BlockCache(0), gather_threads=GATHER)
     per, n = loader.rows_per_epoch, 0
     marks = [time.perf_counter()]
-    for _x, y in batches(loader, [0, 1], torch.device("cpu")):
+    for _x, y, _w in batches(loader, [0, 1], torch.device("cpu")):
         n += int(y.shape[0])
         if n == per:
             marks.append(time.perf_counter())
@@ -238,7 +299,7 @@ def gridml_torch(path: Path, direct: bool = True) -> tuple[int, float, float]:
     return per, marks[1] - marks[0], marks[2] - marks[1]
 
 
-def torch_pass(path: Path) -> dict[str, tuple[float, ...]]:
+def torch_pass(path: Path, cache: str = "warm") -> dict[str, tuple[float, ...]]:
     """:func:`gridml_torch` (direct reads, then every read through HDF5) in a fresh interpreter
     without TensorFlow, as the torch payload runs: TensorFlow's and torch's thread pools in one
     process made the torch rows up to 2x slower than the same code alone. The raw reads are
@@ -249,11 +310,12 @@ def torch_pass(path: Path) -> dict[str, tuple[float, ...]]:
     import subprocess
 
     code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
-            "import input_pipeline as ip; p = Path(sys.argv[2]); ip.warm(p); b = ip.raw(p); "
-            "d = ip.gridml_torch(p); ip.warm(p); a = ip.raw(p); "
-            "print(json.dumps({'direct': d, 'h5': ip.gridml_torch(p, False), "
+            "import input_pipeline as ip; p, c = Path(sys.argv[2]), sys.argv[3]; "
+            "b = ip.raw(p, c); d = ip.gridml_torch(p, True, c); a = ip.raw(p, c); "
+            "print(json.dumps({'direct': d, 'h5': ip.gridml_torch(p, False, c), "
             "'raw': [b[0] / b[1], a[0] / a[1]]}))")
-    out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(path)],
+    out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(path),
+                          cache],
                          capture_output=True, text=True, check=True, timeout=1800)
     return {k: tuple(v) for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
 
@@ -273,13 +335,15 @@ class _H5Dataset:  # the usual user code: one h5py read per sample, the file ope
         return self.f["x"][j], self.f["y"][j]
 
 
-def naive_torch(path: Path, seconds: float, workers: int = 2) -> tuple[int, float]:
+def naive_torch(path: Path, seconds: float, workers: int = 2,
+                cache: str | None = None) -> tuple[int, float]:
     import torch
 
     dl = torch.utils.data.DataLoader(_H5Dataset(path), batch_size=BATCH, shuffle=True,
                                      num_workers=workers, persistent_workers=False)
     it = iter(dl)
     next(it)  # workers started (not timed)
+    prime(path, cache)
     t0, n = time.perf_counter(), 0
     for _, y in it:
         n += int(y.shape[0])
@@ -290,7 +354,7 @@ def naive_torch(path: Path, seconds: float, workers: int = 2) -> tuple[int, floa
     return n, dt
 
 
-def naive(path: Path, seconds: float) -> tuple[int, float]:
+def naive(path: Path, seconds: float, cache: str | None = None) -> tuple[int, float]:
     import tensorflow as tf
 
     f = h5py.File(path, "r")
@@ -303,6 +367,7 @@ def naive(path: Path, seconds: float) -> tuple[int, float]:
 
     spec = (tf.TensorSpec((COLS,), tf.float32), tf.TensorSpec((), tf.float32))
     ds = tf.data.Dataset.from_generator(gen, output_signature=spec).batch(BATCH)
+    prime(path, cache)
     t0, n = time.perf_counter(), 0
     for bx, _ in ds:  # eager loop: per-sample h5py reads dominate by orders of magnitude
         n += int(bx.shape[0])
@@ -314,7 +379,7 @@ def naive(path: Path, seconds: float) -> tuple[int, float]:
 
 
 def run(compression: str | None, size_gb: float, naive_s: float, repeat: int,
-        only_torch: bool = False) -> None:
+        only_torch: bool = False, caches: tuple[str, ...] = ("warm", "cold")) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gridml-bench-"))
     try:
         path = tmp / "big.h5"
@@ -324,64 +389,76 @@ def run(compression: str | None, size_gb: float, naive_s: float, repeat: int,
         print(f"\n## {compression or 'uncompressed'}: {rows:,} rows x {COLS} float32, file "
               f"{gb:.2f} GB on disk ({rows * (COLS + 1) * 4 / 1e9:.2f} GB decoded), written in "
               f"{time.perf_counter() - t0:.0f} s")
-        runs: dict[str, list[float]] = {}
-
-        def rec(key: str, n: int, dt: float) -> None:
-            runs.setdefault(key, []).append(n / dt)
-
-        torch, tf = _has("torch"), _has("tensorflow") and not only_torch
-        adjacent: dict[str, list[float]] = {}  # torch rows / the raw reads next to them
         raw(path)  # not timed: the file was just written (its pages may still be written back)
-        load0 = os.getloadavg()[0]
-        for _ in range(repeat):  # interleaved, median of `repeat`: the machine is shared
-            warm(path)
-            rec("raw", *raw(path))
-            warm(path)
-            rec("raw_preadv", *raw_preadv(path))
-            warm(path)
-            n, dt, _w = gridml(path, False)
-            rec("gridml", n, dt)
-            if tf:
-                warm(path)
-                n, dt, _w = gridml(path, True)
-                rec("gridml_tf", n, dt)
-                rec("tf_ceiling", *tf_ceiling(rows))
-                rec("tf_slab_ceiling", *tf_slab_ceiling(rows))
-                warm(path)
-                n, dt, _w = gridml(path, True, processes=2)
-                rec("gridml_procs", n, dt)
-            if torch:
-                t = torch_pass(path)
-                n, first, second = t["direct"]
-                rec("gridml_torch", n, first)
-                rec("gridml_torch_2", n, second)
-                near = float(np.mean(t["raw"]))  # the raw reads just before and after
-                adjacent.setdefault("gridml_torch", []).append(n / first / near)
-                adjacent.setdefault("gridml_torch_2", []).append(n / second / near)
-                n, first, second = t["h5"]
-                rec("gridml_torch_h5", n, first)
-        res = {k: float(np.median(v)) for k, v in runs.items()}
-        print(f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
-              f"median of {repeat} interleaved passes; each pass's figures:")
-        for k, v in runs.items():
-            print(f"  {k}: " + ", ".join(f"{x / 1e6:.2f} M" for x in v))
-        for key in ("gridml_torch", "gridml_torch_2"):
-            ratios = [g / r for g, r in zip(runs.get(key, []), runs["raw"])]
-            if ratios:
-                print(f"  {key} / raw per pass: " + ", ".join(f"{x:.2f}x" for x in ratios))
-            if adjacent.get(key):
-                print(f"  {key} / the raw reads right before and after it, per pass: "
-                      + ", ".join(f"{x:.2f}x" for x in adjacent[key])
-                      + f" (median {np.median(adjacent[key]):.2f}x)")
-        if tf:
-            n, dt = naive(path, naive_s)
-            res["naive"] = n / dt
-        if torch:
-            n, dt = naive_torch(path, naive_s)
-            res["naive_torch"] = n / dt
-        _print(res)
+        for cache in caches:
+            rows_for(path, rows, cache, naive_s, repeat, only_torch)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def rows_for(path: Path, rows: int, cache: str, naive_s: float, repeat: int,
+             only_torch: bool) -> None:
+    """Every row, the naive ones too, starting from the same page cache: ``warm`` (the whole
+    file read right before the clock) or ``cold`` (the file dropped from it right before)."""
+    runs: dict[str, list[float]] = {}
+    start: dict[str, list[float]] = {}  # the file's fraction in the page cache as rows start
+
+    def rec(key: str, n: int, dt: float) -> None:
+        runs.setdefault(key, []).append(n / dt)
+
+    def probe(key: str) -> None:
+        start.setdefault(key, []).append(resident(path))
+
+    torch, tf = _has("torch"), _has("tensorflow") and not only_torch
+    adjacent: dict[str, list[float]] = {}  # torch rows / the raw reads next to them
+    load0 = os.getloadavg()[0]
+    prime(path, cache)
+    probe("any row")
+    for _ in range(repeat):  # interleaved, median of `repeat`: the machine is shared
+        rec("raw", *raw(path, cache))
+        rec("raw_preadv", *raw_preadv(path, cache))
+        n, dt, _w = gridml(path, False, cache=cache)
+        rec("gridml", n, dt)
+        if tf:
+            n, dt, _w = gridml(path, True, cache=cache)
+            rec("gridml_tf", n, dt)
+            rec("tf_ceiling", *tf_ceiling(rows))
+            rec("tf_slab_ceiling", *tf_slab_ceiling(rows))
+            n, dt, _w = gridml(path, True, processes=2, cache=cache)
+            rec("gridml_procs", n, dt)
+        if torch:
+            t = torch_pass(path, cache)
+            n, first, second = t["direct"]
+            rec("gridml_torch", n, first)
+            rec("gridml_torch_2", n, second)
+            near = float(np.mean(t["raw"]))  # the raw reads just before and after
+            adjacent.setdefault("gridml_torch", []).append(n / first / near)
+            adjacent.setdefault("gridml_torch_2", []).append(n / second / near)
+            n, first, second = t["h5"]
+            rec("gridml_torch_h5", n, first)
+    res = {k: float(np.median(v)) for k, v in runs.items()}
+    if tf:
+        n, dt = naive(path, naive_s, cache)
+        res["naive"] = n / dt
+    if torch:
+        n, dt = naive_torch(path, naive_s, cache=cache)
+        res["naive_torch"] = n / dt
+    print(f"\n### page cache {cache}: every row starts with the file "
+          f"{'read whole' if cache == 'warm' else 'dropped from it'} (in cache as a row "
+          f"starts: {100 * float(np.mean(start['any row'])):.0f}%)")
+    print(f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
+          f"median of {repeat} interleaved passes; each pass's figures:")
+    for k, v in runs.items():
+        print(f"  {k}: " + ", ".join(f"{x / 1e6:.2f} M" for x in v))
+    for key in ("gridml_torch", "gridml_torch_2"):
+        ratios = [g / r for g, r in zip(runs.get(key, []), runs["raw"])]
+        if ratios:
+            print(f"  {key} / raw per pass: " + ", ".join(f"{x:.2f}x" for x in ratios))
+        if adjacent.get(key):
+            print(f"  {key} / the raw reads right before and after it, per pass: "
+                  + ", ".join(f"{x:.2f}x" for x in adjacent[key])
+                  + f" (median {np.median(adjacent[key]):.2f}x)")
+    _print(res)
 
 
 def cache_modes(rows: int) -> None:
@@ -451,12 +528,16 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="median of N interleaved passes")
     p.add_argument("--only-torch", action="store_true",
                    help="leave out the TensorFlow rows (also when TensorFlow is not installed)")
+    p.add_argument("--page-cache", choices=["warm", "cold", "both"], default="both",
+                   help="every row reads the file from the page cache (warm), or from disk "
+                        "(cold: dropped before each row), or both sets of rows")
     p.add_argument("--cache-rows", type=int, default=2_000_000,
                    help="rows of sample data for the RAM cache comparison (0: skip)")
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     for c in (["none", "gzip"] if a.compression == "both" else [a.compression]):
-        run(None if c == "none" else c, a.size_gb, a.naive_seconds, a.repeat, a.only_torch)
+        run(None if c == "none" else c, a.size_gb, a.naive_seconds, a.repeat, a.only_torch,
+            ("warm", "cold") if a.page_cache == "both" else (a.page_cache,))
     if a.cache_rows:
         cache_modes(a.cache_rows)
     return 0

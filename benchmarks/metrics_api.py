@@ -81,6 +81,8 @@ async def _one_trial(plan: dict[str, Any], trial: dict[str, Any], stop_at: float
     host, port = plan["host"].split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     epoch = 0
+    acked: list[int] = []  # epochs the server answered 2xx to (warm-up included)
+    unanswered: list[int] = []  # no reply (connection lost): stored or not, either is fair
     while time.perf_counter() < stop_at:
         epoch += 1
         start = time.perf_counter()
@@ -89,19 +91,24 @@ async def _one_trial(plan: dict[str, Any], trial: dict[str, Any], stop_at: float
             status = await _read_reply(reader)
         except (asyncio.IncompleteReadError, ConnectionError):
             out["errors"] += 1
+            unanswered.append(epoch)
             writer.close()
             reader, writer = await asyncio.open_connection(host, int(port))
             continue
         end = time.perf_counter()
+        if status < 300:
+            acked.append(epoch)
         if start >= measure_from:
             out["lat"].append(end - start)
             if status >= 300:
                 out["errors"] += 1
     writer.close()
+    out["acked"][trial["key"]] = acked
+    out["unanswered"][trial["key"]] = unanswered
 
 
 async def _generate(plan: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"lat": [], "errors": 0}
+    out: dict[str, Any] = {"lat": [], "errors": 0, "acked": {}, "unanswered": {}}
     now = time.perf_counter()
     measure_from, stop_at = now + WARMUP, now + WARMUP + plan["seconds"]
     await asyncio.gather(*(_one_trial(plan, t, stop_at, measure_from, out)
@@ -113,7 +120,8 @@ async def _generate(plan: dict[str, Any]) -> dict[str, Any]:
 
     return {"reports": len(lat), "seconds": plan["seconds"], "rate": len(lat) / plan["seconds"],
             "p50_ms": pct(0.50), "p99_ms": pct(0.99), "errors": out["errors"],
-            "gen_cpu_s": time.process_time()}
+            "gen_cpu_s": time.process_time(), "acked": out["acked"],
+            "unanswered": out["unanswered"]}
 
 
 def generate_main(plan_file: str) -> None:
@@ -172,7 +180,7 @@ def _fill_gridml(db_url: str, n: int, name: str = "bench") -> list[dict[str, Any
     trials = []
     for i in range(n):
         trial = store.create_trial(study.id, {"i": i}, state="running")
-        trials.append({"id": trial.id, "token": trial.token})
+        trials.append({"id": trial.id, "token": trial.token, "key": str(trial.id)})
     store.close()
     return trials
 
@@ -191,31 +199,73 @@ def bench_gridml(label: str, db_url: str, args: argparse.Namespace,
             print(f"{label}: {args.big_trials} x {args.big_epochs} reports inserted in "
                   f"{fill_s:.1f} s", flush=True)
         trials = _fill_gridml(db_url, args.trials, name="bench-big" if big else "bench")
+        store = f"+ {args.big_trials // 1000}k x {args.big_epochs} study" if big else "empty"
         with ServerProcess(db_url, workers=args.workers, log=workdir / f"{label}.log") as server:
             plan = {"kind": "gridml", "host": server.url.removeprefix("http://"),
                     "seconds": args.seconds, "trials": trials}
             result = run_load(plan, workdir, server.proc.pid)
-            _check_stored(db_url, trials, result)
+            check_stored(f"{label}, {store}", stored_gridml(db_url, trials), result)
             if big:
                 result["dashboard"] = dashboard_api_times(server.url)
                 result["browser_s"] = dashboard_browser_time(server.url)
-        store = f"+ {args.big_trials // 1000}k x {args.big_epochs} study" if big else "empty"
         rows.append({"target": f"{label}, {store}", **result})
     return rows
 
 
-def _check_stored(db_url: str, trials: list[dict[str, Any]], result: dict[str, Any]) -> None:
-    """Every acknowledged report is in the database (the warm-up ones too)."""
+def stored_gridml(db_url: str, trials: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """The epochs stored for each of ``trials`` (one entry per row: a duplicate shows twice);
+    the other studies in the store (the big one) are not counted."""
     from sqlalchemy import text
 
     from gridml.store import open_store
 
     store = open_store(db_url)
+    ids = {t["id"] for t in trials}
+    stored: dict[str, list[int]] = {t["key"]: [] for t in trials}
     with store.engine.connect() as conn:
-        stored = conn.execute(text("SELECT count(*) FROM epochs")).scalar()
+        for trial_id, epoch in conn.execute(text("SELECT trial_id, epoch FROM epochs")):
+            if trial_id in ids:
+                stored[str(trial_id)].append(epoch)
     store.close()
-    result["stored"] = stored
-    assert stored >= result["reports"], (stored, result)  # (the big study's rows count too)
+    return stored
+
+
+def check_stored(label: str, stored: dict[str, list[int]], result: dict[str, Any],
+                 per_report: int = 1) -> None:
+    """Every report a server acknowledged (2xx, warm-up included) is stored exactly once
+    (``per_report`` rows: MLflow keeps one row per metric), for every trial of the run; a
+    report that got no reply (connection lost) may be stored once or not at all; nothing else
+    is stored. Raises with the first offenders otherwise. Pops the per-trial lists from
+    ``result`` and leaves the counts there."""
+    from collections import Counter
+
+    acked, unanswered = result.pop("acked"), result.pop("unanswered")
+    missing, duplicated, unexpected = [], [], []
+    total = 0
+    for key, epochs in acked.items():
+        counts = Counter(stored.get(key, []))
+        total += sum(counts.values())
+        loose, sent = set(unanswered.get(key, [])), set(epochs)
+        for epoch in epochs:
+            if counts[epoch] < per_report:
+                missing.append((key, epoch, counts[epoch]))
+        for epoch, n in counts.items():
+            if n > per_report:
+                duplicated.append((key, epoch, n))
+            elif epoch not in loose and epoch not in sent:
+                unexpected.append((key, epoch, n))
+    result["acked_total"] = sum(len(v) for v in acked.values())
+    result["stored"] = total // per_report
+    if missing or duplicated or unexpected or set(stored) - set(acked):
+        raise RuntimeError(
+            f"{label}: stored reports do not match the acknowledged ones: "
+            f"{result['acked_total']} acknowledged, {total} rows stored "
+            f"({per_report} per report); {len(missing)} missing, first {missing[:5]}; "
+            f"{len(duplicated)} duplicated, first {duplicated[:5]}; {len(unexpected)} stored "
+            f"but never sent/answered, first {unexpected[:5]}; trials without a load: "
+            f"{sorted(set(stored) - set(acked))[:5]}")
+    print(f"{label}: all {result['acked_total']} acknowledged reports stored once "
+          f"({sum(len(v) for v in unanswered.values())} unanswered)", flush=True)
 
 
 def postgres_db(workdir: Path) -> str:
@@ -228,33 +278,85 @@ def postgres_db(workdir: Path) -> str:
 
 
 def ensure_mlflow() -> Path:
-    """MLflow in its own venv (it pins packages gridml's environment must not get)."""
+    """MLflow (and psycopg2, its PostgreSQL driver) in its own venv, as requirements/bench.txt
+    lists them (MLflow pins packages gridml's environment must not get); reinstalled when that
+    file changes."""
+    import hashlib
+
     python = MLFLOW_ENV / "bin" / "python"
+    reqs = ROOT / "requirements" / "bench.txt"
     marker = MLFLOW_ENV / ".installed"
-    if not marker.exists():
-        print(f"installing mlflow into {MLFLOW_ENV} (first run only) ...", flush=True)
+    digest = hashlib.sha256(reqs.read_bytes()).hexdigest()
+    if not marker.exists() or marker.read_text().strip() != digest:
+        print(f"installing {reqs.name} into {MLFLOW_ENV} (first run only) ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(MLFLOW_ENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "mlflow"], check=True)
-        marker.touch()
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(reqs)], check=True)
+        marker.write_text(digest)
     return MLFLOW_ENV / "bin" / "mlflow"
 
 
-def bench_mlflow(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+# SQLite connection pragmas for MLflow's WAL target, set on every connection its server (and
+# each of its uvicorn workers) opens: the two gridml.store.sql.engine sets. Loaded through
+# PYTHONPATH as sitecustomize, in the MLflow server's processes only.
+_SITECUSTOMIZE = """
+import os
+if os.environ.get("GRIDML_BENCH_SQLITE_WAL") == "1":
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    @event.listens_for(Engine, "connect")
+    def _gridml_bench_wal(dbapi_conn, _record):
+        if type(dbapi_conn).__module__.startswith("sqlite3"):
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+"""
+
+MLFLOW_TARGETS = {  # --skip name: label
+    "mlflow-sqlite": "MLflow server (SQLite, defaults)",
+    "mlflow-wal": "MLflow server (SQLite, WAL)",
+    "mlflow-postgresql": "MLflow server (PostgreSQL)",
+}
+
+
+def bench_mlflow(target: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """One MLflow tracking server on ``target``'s backend: SQLite as MLflow sets it up (its
+    rollback journal, synchronous=FULL), SQLite with WAL and synchronous=NORMAL as gridml's
+    store sets it, or a new database on the same throwaway PostgreSQL server as gridml's row."""
     import httpx
 
     from gridml.server.process import free_port
 
     mlflow = ensure_mlflow()
+    env = dict(os.environ)
+    name = target.removeprefix("mlflow-")
+    if name == "postgresql":
+        backend = postgres_db(workdir)  # postgresql://... : MLflow's default driver, psycopg2
+    else:
+        db = workdir / f"mlflow-{name}.db"
+        backend = f"sqlite:///{db}"
+        if name == "wal":
+            import sqlite3
+
+            with sqlite3.connect(db) as conn:  # persistent in the file, before MLflow's schema
+                conn.execute("PRAGMA journal_mode=WAL")
+            site = workdir / "mlflow-site"
+            site.mkdir(exist_ok=True)
+            (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+            env["PYTHONPATH"] = str(site)
+            env["GRIDML_BENCH_SQLITE_WAL"] = "1"
     port = free_port()
-    with open(workdir / "mlflow.log", "wb") as log:  # the server keeps its own copy
-        proc = subprocess.Popen([str(mlflow), "server", "--backend-store-uri",
-                                 f"sqlite:///{workdir / 'mlflow.db'}", "--default-artifact-root",
-                                 str(workdir / "mlruns"), "--host", "127.0.0.1", "--port",
-                                 str(port)], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    log_file = workdir / f"mlflow-{name}.log"
+    with open(log_file, "wb") as log:  # the server keeps its own copy
+        proc = subprocess.Popen([str(mlflow), "server", "--backend-store-uri", backend,
+                                 "--default-artifact-root", str(workdir / "mlruns"),
+                                 "--host", "127.0.0.1", "--port", str(port)], stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
     url = f"http://127.0.0.1:{port}"
+    label = MLFLOW_TARGETS[target]
     try:
-        _wait_http(f"{url}/health", proc, 300, workdir / "mlflow.log")
+        _wait_http(f"{url}/health", proc, 300, log_file)
         with httpx.Client(base_url=url, timeout=60) as http:
             exp = http.post("/api/2.0/mlflow/experiments/create", json={"name": "bench"}).json()
             runs = [http.post("/api/2.0/mlflow/runs/create", json={
@@ -263,10 +365,41 @@ def bench_mlflow(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 for i in range(args.trials)]
             _settle(http, runs[0])
         plan = {"kind": "mlflow", "host": f"127.0.0.1:{port}", "seconds": args.seconds,
-                "trials": [{"run_id": r} for r in runs]}
-        return {"target": "MLflow server (SQLite, defaults)", **run_load(plan, workdir, proc.pid)}
+                "trials": [{"run_id": r, "key": r} for r in runs]}
+        result = run_load(plan, workdir, proc.pid)
     finally:
         _stop_group(proc)
+    check_stored(label, stored_mlflow(backend, runs), result, per_report=4)
+    if name == "wal":
+        import sqlite3
+
+        with sqlite3.connect(db) as conn:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            raise RuntimeError(f"{label}: the database ended in journal mode {mode!r}")
+    return {"target": label, **result}
+
+
+def stored_mlflow(backend: str, runs: list[str]) -> dict[str, list[int]]:
+    """The steps MLflow stored for each run, one entry per metric row of the four reported
+    metrics (MLflow's ``metrics`` table; the settling probes are another key)."""
+    import sqlalchemy as sa
+
+    from gridml.store.sql.engine import normalise_url
+
+    engine = sa.create_engine(normalise_url(backend))
+    wanted = set(runs)
+    stored: dict[str, list[int]] = {r: [] for r in runs}
+    try:
+        with engine.connect() as conn:
+            for run, step in conn.execute(sa.text(
+                    "SELECT run_uuid, step FROM metrics WHERE key IN "
+                    "('loss', 'val_loss', 'accuracy', 'val_accuracy')")):
+                if run in wanted:
+                    stored[run].append(int(step))
+    finally:
+        engine.dispose()
+    return stored
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
@@ -313,16 +446,36 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Pat
 
 
 # ---------------------------------------------------------------------------------------------
-def table(rows: list[dict[str, Any]], peer: float | None) -> str:
-    header = (f"{'target':<38} {'reports/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} "
-              f"{'server CPU':>11} {'vs MLflow':>9}")
-    units = f"{'':<38} {'':>9} {'':>7} {'':>7} {'':>6} {'ms/report':>11} {'(rate)':>9}"
-    lines = [header, units, "-" * 94]
+def table(rows: list[dict[str, Any]]) -> str:
+    header = (f"{'target':<46} {'reports/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} "
+              f"{'server CPU':>11} {'stored':>8}")
+    units = f"{'':<46} {'':>9} {'':>7} {'':>7} {'':>6} {'ms/report':>11} {'(all)':>8}"
+    lines = [header, units, "-" * 100]
     for r in rows:
-        ratio = f"{r['rate'] / peer:.1f}x" if peer else "-"
-        lines.append(f"{r['target']:<38} {r['rate']:>9.0f} {r['p50_ms']:>7.1f} "
+        lines.append(f"{r['target']:<46} {r['rate']:>9.0f} {r['p50_ms']:>7.1f} "
                      f"{r['p99_ms']:>7.1f} {r['errors']:>6} {r['server_cpu_ms']:>11.2f} "
-                     f"{ratio:>9}")
+                     f"{r['stored']:>8}")
+    return "\n".join(lines)
+
+
+def ratios(rows: list[dict[str, Any]]) -> str:
+    """Each gridml run's rate (and server CPU per report) against each MLflow backend's; the
+    like-for-like pairs first: SQLite WAL vs SQLite WAL, PostgreSQL vs PostgreSQL."""
+    peers = [r for r in rows if r["target"].startswith("MLflow")]
+    ours = [r for r in rows if not r["target"].startswith("MLflow")]
+    if not peers or not ours:
+        return ""
+    lines = ["\nrate ratio gridml / MLflow (server CPU per report: MLflow / gridml):"]
+    for r in ours:
+        db = "PostgreSQL" if "PostgreSQL" in r["target"] else "SQLite, WAL"
+        cells = []
+        for p in sorted(peers, key=lambda p: db not in p["target"]):
+            mark = "*" if db in p["target"] else ""
+            cells.append(f"{mark}{p['target'].removeprefix('MLflow server ')} "
+                         f"{r['rate'] / p['rate']:.1f}x "
+                         f"(CPU {p['server_cpu_ms'] / r['server_cpu_ms']:.0f}x)")
+        lines.append(f"  {r['target']}: " + "; ".join(cells))
+    lines.append("  (* the same database and journal mode on both sides)")
     return "\n".join(lines)
 
 
@@ -349,8 +502,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2, help="gridml serve workers")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["sqlite", "postgresql",
-                                                                  "mlflow"])
+    parser.add_argument("--skip", nargs="*", default=[],
+                        choices=["sqlite", "postgresql", "mlflow", *MLFLOW_TARGETS],
+                        help="targets left out (mlflow: all three MLflow backends)")
     parser.add_argument("--big-trials", type=int, default=10_000,
                         help="trials of the big study of the second run (0: no second run)")
     parser.add_argument("--big-epochs", type=int, default=20)
@@ -365,23 +519,23 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gridml-bench-") as tmp:
         workdir = Path(tmp)
         os.environ["GRIDML_HOME"] = str(workdir / "home")
-        if "sqlite" not in args.skip:
-            rows += bench_gridml(f"gridml serve, SQLite ({args.workers} workers)",
-                                 f"sqlite:///{workdir / 'bench.db'}", args, workdir)
-        if "postgresql" not in args.skip:
-            try:
+        try:  # one throwaway PostgreSQL server for gridml's and MLflow's rows alike
+            if "sqlite" not in args.skip:
+                rows += bench_gridml(f"gridml serve, SQLite ({args.workers} workers)",
+                                     f"sqlite:///{workdir / 'bench.db'}", args, workdir)
+            if "postgresql" not in args.skip:
                 rows += bench_gridml(f"gridml serve, PostgreSQL ({args.workers} workers)",
                                      postgres_db(workdir), args, workdir)
-            finally:
-                testing.stop_started_postgres()
-        peer = None
-        if "mlflow" not in args.skip:
-            rows.append(bench_mlflow(args, workdir))
-            peer = rows[-1]["rate"]
+            for target in MLFLOW_TARGETS:
+                if "mlflow" not in args.skip and target not in args.skip:
+                    rows.append(bench_mlflow(target, args, workdir))
+        finally:
+            testing.stop_started_postgres()
     print(f"\n{args.trials} concurrent simulated trials, {args.seconds:.0f} s each after "
           f"{WARMUP:.0f} s warm-up; load generator in its own process; "
-          f"{os.cpu_count()} cores\n")
-    print(table(rows, peer))
+          f"{os.cpu_count()} cores; stored: acknowledged reports found stored once each\n")
+    print(table(rows))
+    print(ratios(rows))
     print(big_table(rows))
     print(f"\nload average during the run (1/5/15 min): {os.getloadavg()}; the load "
           f"generator used {rows[0]['gen_cpu_ms']:.2f} ms CPU per report" if rows else "")

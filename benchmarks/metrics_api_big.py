@@ -1,7 +1,8 @@
 """The big-store half of ``metrics_api.py``: a store that already holds a 10,000-trial study
 (20 epochs each), filled fast with bulk SQL, and the load time of the dashboard's study page.
 
-    fill_big_study(db_url, trials=10_000, epochs=20)   # bulk INSERTs (Core executemany)
+    fill_big_study(db_url, trials=10_000, epochs=20)   # bulk INSERTs (Core executemany),
+                                                      # then every one of them counted
     dashboard_api_times(server_url, "big")            # the API calls the page makes, timed
     dashboard_browser_time(server_url, "big")         # headless Chromium, navigation -> table
 """
@@ -19,6 +20,8 @@ PAGE = 1000  # the dashboard's page of trials
 
 def fill_big_study(db_url: str, trials: int, epochs: int) -> float:
     """A completed study of ``trials`` x ``epochs`` reports; returns the seconds it took."""
+    from sqlalchemy import distinct, func, select
+
     from gridml.store import EpochReport, open_store
     from gridml.store.sql import convert
     from gridml.store.sql.models import EpochRow, TrialRow
@@ -52,7 +55,15 @@ def fill_big_study(db_url: str, trials: int, epochs: int) -> float:
             with store.engine.begin() as conn:
                 conn.execute(EpochRow.__table__.insert(), batch)
             batch = []
+    with store.engine.connect() as conn:  # the big study is whole, or the run says so
+        stored = conn.execute(select(func.count(), func.count(distinct(
+            EpochRow.trial_id * (epochs + 1) + EpochRow.epoch))).select_from(EpochRow).join(
+            TrialRow, TrialRow.id == EpochRow.trial_id).where(
+            TrialRow.study_id == study.id)).one()
     store.close()
+    if tuple(stored) != (trials * epochs, trials * epochs):
+        raise RuntimeError(f"big study: {trials * epochs} reports inserted, (rows, distinct) "
+                           f"stored: {tuple(stored)}")
     return time.perf_counter() - start
 
 
