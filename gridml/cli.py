@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gridml.errors import GridmlError, NotFoundError, UsageError
+from gridml.layout import writable_folder
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Hyperparameter campaigns for HEP neural networks: one machine, HPC, grid.")
@@ -34,6 +35,22 @@ def _reader() -> Any:
     from gridml.store import open_store
 
     return open_store(_state.get("server"), token=_state.get("token"))
+
+
+def _dry_run_reader(server: str) -> Any:
+    """The server's store for a dry run; None (and a warning) when it cannot be reached: a
+    dry run previews offline too (then an earlier study of the same name is not seen)."""
+    from gridml.store import open_store
+
+    reader = open_store(server, token=_state.get("token"))
+    try:
+        reader.list_studies()
+    except GridmlError as exc:
+        err.print(f"[yellow]warning[/]: the dry run reads no store: {exc.message}",
+                  highlight=False)
+        reader.close()
+        return None
+    return reader
 
 
 def _data_manager(backend: str | None) -> Any:
@@ -82,9 +99,34 @@ def init(name: str = typer.Argument(..., help="study name"),
     path = output or Path(f"{name}.yaml")
     if path.exists():
         raise UsageError(f"{path} exists; choose another -o or remove it")
-    template = Path(__file__).resolve().parents[1] / "templates" / "spec.yaml"
+    from importlib.resources import files
+
+    template = files("gridml") / "templates" / "spec.yaml"  # package data: in the wheel too
     path.write_text(template.read_text().replace("name: my-study", f"name: {name}", 1))
     out.print(f"wrote {path}: set payload.model and data.train/validation, then `gridml validate {path}`")
+
+
+@app.command("demo-data")
+def demo_data(out_dir: Path | None = typer.Option(None, "--out", help="default $GRIDML_HOME/sample-data"),
+              n_train: int = typer.Option(60000, "--n-train"), n_val: int = typer.Option(15000, "--n-val"),
+              files: int = typer.Option(3, "--files", help="files per split"),
+              seed: int = typer.Option(1, "--seed"),
+              ragged: bool = typer.Option(False, "--ragged", help="also write each jet's tracks"),
+              register: bool = typer.Option(True, "--register/--no-register", help="put them in the data "
+                                            "store as user.demo:quickstart.train/.val (the quickstart's DIDs)"),
+              as_json: bool = typer.Option(False, "--json")) -> None:
+    """Make the quickstart's sample data (toy taus vs jets, HDF5) and register it."""
+    from gridml.demo import demo_data as make
+
+    doc = make(out_dir, n_train=n_train, n_val=n_val, n_files=files, seed=seed, ragged=ragged,
+               register=register)
+    if as_json:
+        return _print_json(doc)
+    out.print(f"wrote {len(doc['files'])} files in {doc['dir']}")
+    for did in doc["registered"]:
+        out.print(f"registered {did} in {doc['where']}")
+    for did in doc["existing"]:
+        out.print(f"{did} exists in {doc['where']}: kept")
 
 
 @app.command()
@@ -108,8 +150,8 @@ def submit(spec: Path = typer.Argument(..., help="training spec (YAML)"),
                                       else loaded.spec.backend.server)
     if server and not dry_run:
         return _submit_remote(loaded, server)
-    if dry_run:
-        rendered = runner.dry_run(loaded, dm)
+    if dry_run:  # reads the real store (the server's when there is one), writes nothing to it
+        rendered = runner.dry_run(loaded, dm, _dry_run_reader(server) if server else True)
         if as_json:
             print(json.dumps(rendered, indent=2, sort_keys=True))
         else:
@@ -326,6 +368,7 @@ def fetch(study: str = typer.Argument(..., help="study name or id"),
     """Retrieve a trial's model, plots and metrics from the data store."""
     if best_ + pareto + (trial is not None) != 1:
         raise UsageError("say which trial: --best, --pareto or --trial N (one of them)")
+    writable_folder(output, "-o")  # before anything is downloaded
     doc = _study_doc(study)
     if pareto:
         chosen = doc["study"]["pareto"]
@@ -442,6 +485,20 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         err.print("aborted")
         return 130
+    except OSError as exc:  # a path given that cannot be read or written: one line, its name
+        if _state["debug"]:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        _report(UsageError(f"{where}{exc.strerror or exc}",
+                           hint="check the path (a file, not a folder; a writable place)"))
+        return 1
+    except (RecursionError, MemoryError) as exc:  # the input limits of gridml.spec.loader missed one
+        if _state["debug"]:
+            raise
+        what = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
+        _report(UsageError(f"an input is {what} to be read",
+                           hint="check the files given (rerun with --debug to see which)"))
+        return 2
     except Exception as exc:  # typer's (vendored) click errors: usage, missing parameter ...
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()

@@ -76,10 +76,15 @@ def ensure_study(store: MetricsStore, loaded: LoadedSpec) -> Study:
         study = store.get_study(loaded.spec.name)
     except NotFoundError:
         return store.create_study(loaded.spec.name, loaded.resolved(), loaded.hash)
+    check_same_campaign(study, loaded)
+    return study
+
+
+def check_same_campaign(study: Study, loaded: LoadedSpec) -> None:
+    """SpecError when ``study`` (of the same name) was made from another spec."""
     if study.spec_hash != loaded.hash:
         raise SpecError(f"{loaded.path}: name: study {study.name!r} already exists with a different "
                         f"spec; give this campaign a new name, or `gridml resume {study.name}`")
-    return study
 
 
 @dataclass

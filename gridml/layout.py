@@ -16,13 +16,19 @@
                                         progress.json and decision.json (the live channel)
 
 The CLI, the runner, the controller, the server's controller and the executors take these paths
-from here (gridml/report.py still spells ``convergence.png`` itself).
+from here (gridml/report.py still spells ``convergence.png`` itself). The output paths a user
+names (``fetch -o``, ``steer --out`` ...) are checked here too (:func:`writable_file`,
+:func:`writable_folder`).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from gridml.errors import UsageError
 
 JOURNALS = ".journal"
 PANDA_JOURNAL = "panda.json"  # in a trial's (or the phpo task's) folder: its PanDA task
@@ -109,3 +115,55 @@ class RunsLayout:
     def scaling(self, name: str) -> Path:
         """`gridml scale`'s folder for spec ``name``."""
         return self.runs_dir / f"{name}-scale"
+
+
+# ---- paths the user names for output ------------------------------------------------------------
+# Checked before anything is done (a download, a training): a folder where a file goes, a file
+# where a folder goes, a folder that does not exist or cannot be written is one line naming the
+# path and the fix, never a traceback after the work (issue 24).
+def _nearest_folder(path: Path) -> Path:
+    for parent in (path, *path.parents):
+        if parent.exists():
+            return parent
+    return Path(".")
+
+
+def _probe(folder: Path, path: Path, what: str) -> None:
+    """Can a file be created in ``folder`` (the folder of ``path``)? Tried, not guessed: a
+    read-only file system and root's bypass of file modes both show as they are."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".gridml-probe-", dir=folder)
+    except OSError as exc:
+        raise UsageError(f"{path}: {what} cannot be written in {folder} "
+                         f"({exc.strerror or exc})", hint="give a path in a writable folder") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def writable_file(path: Path, what: str, *, example: str = "out.json") -> Path:
+    """``path`` can be written as a file (``what``: how the user knows it, e.g. ``--out``)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path}: {what} is a folder, and a file goes there",
+                         hint=f"give a file name, e.g. {path / example}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"{path}: {what}: the folder {folder} does not exist",
+                         hint=f"create it (mkdir -p {folder}) or give another path")
+    _probe(folder, path, what)
+    return path
+
+
+def writable_folder(path: Path, what: str) -> Path:
+    """``path`` is (or can be made) a folder that files can be written into; an existing
+    file there is refused (never overwritten)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path}: {what} is an existing file, and a folder goes there",
+                         hint="give a folder (new or existing); the file is left as it is")
+    nearest = _nearest_folder(path)
+    if not nearest.is_dir():
+        raise UsageError(f"{path}: {what}: {nearest} is a file, not a folder",
+                         hint="give a folder path")
+    _probe(nearest, path, what)
+    return path

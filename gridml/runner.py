@@ -9,7 +9,8 @@ import os
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 from rich.console import Console
 from rich.live import Live
@@ -17,12 +18,13 @@ from rich.table import Table
 
 from gridml import assemble, plots
 from gridml.data.base import DataManager
-from gridml.errors import GridmlError
+from gridml.controller import check_same_campaign
+from gridml.errors import GridmlError, NotFoundError
 from gridml.layout import RunsLayout
 from gridml.server.embedded import EmbeddedServer
 from gridml.settings import settings
 from gridml.spec import LoadedSpec
-from gridml.store import MetricsStore, Study, Trial, best_trial
+from gridml.store import CampaignStore, MetricsStore, StoreReader, Study, Trial, best_trial
 from gridml.store.sql import open_sql_store
 
 console = Console(stderr=True)
@@ -47,16 +49,73 @@ def _short(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def dry_run(loaded: LoadedSpec, data: DataManager) -> list[dict[str, Any]]:
-    """The task parameters of the first batch, computed against a throwaway store."""
+def dry_run(loaded: LoadedSpec, data: DataManager,
+            real: StoreReader | None | bool = True) -> list[dict[str, Any]]:
+    """The task parameters of the first batch. The real store (``real``: a reader; True: the
+    local one, opened read-only; None: none) is read, never written: a study of the same name
+    made from another spec is refused as `gridml submit` would, and ``search.warm_start``
+    studies are read from it; what the campaign writes goes to a throwaway store."""
 
-    with tempfile.TemporaryDirectory(prefix="gridml-dryrun-") as tmp:
-        store = open_sql_store(f"sqlite:///{tmp}/dry.db")
-        campaign, backend = assemble.campaign(loaded, store, RunsLayout(Path(tmp) / "runs"),
-                                              data=data, api_url="http://SERVER", dry_run=True)
-        campaign.step()
-        store.close()
-        return list(backend.rendered or [])
+    reader = _read_only_store() if real is True else real or None
+    try:
+        if reader is not None:
+            try:
+                check_same_campaign(reader.get_study(loaded.spec.name), loaded)
+            except NotFoundError:
+                pass
+        with tempfile.TemporaryDirectory(prefix="gridml-dryrun-") as tmp:
+            scratch = open_sql_store(f"sqlite:///{tmp}/dry.db")
+            store = cast(CampaignStore, _ReadThrough(scratch, reader, loaded.spec.name))
+            campaign, backend = assemble.campaign(loaded, store, RunsLayout(Path(tmp) / "runs"),
+                                                  data=data, api_url="http://SERVER", dry_run=True)
+            campaign.step()
+            scratch.close()
+            return list(backend.rendered or [])
+    finally:
+        if reader is not None and real is True:
+            reader.close()
+
+
+def _read_only_store() -> StoreReader | None:
+    """The local metrics store, for reading only: not created when it does not exist yet,
+    not migrated (None: no store, so no earlier study)."""
+    from gridml.store.sql import SqlStore
+    from gridml.store.sql.engine import is_sqlite, sqlite_path
+
+    url = settings().db_url
+    if is_sqlite(url):
+        path = sqlite_path(url)
+        if path is None or not path.is_file():
+            return None
+    return SqlStore(url)
+
+
+class _ReadThrough:
+    """The dry run's store: everything goes to ``scratch`` (throwaway), except the other
+    studies of ``real`` (``search.warm_start``), read from it (ids negated, so they never meet
+    the scratch store's)."""
+
+    def __init__(self, scratch: CampaignStore, real: StoreReader | None, own: str) -> None:
+        self._scratch, self._real, self._own = scratch, real, own
+
+    def get_study(self, ref: str | int) -> Study:
+        try:
+            if not (isinstance(ref, int) and ref < 0):
+                return self._scratch.get_study(ref)
+        except NotFoundError:
+            if self._real is None or ref == self._own:
+                raise
+        assert self._real is not None
+        study = self._real.get_study(-ref if isinstance(ref, int) else ref)
+        return replace(study, id=-study.id)
+
+    def list_trials(self, study_id: int, states: tuple[str, ...] | None = None) -> list[Trial]:
+        if study_id < 0 and self._real is not None:
+            return self._real.list_trials(-study_id, states)
+        return self._scratch.list_trials(study_id, states)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._scratch, name)
 
 
 def run_local(loaded: LoadedSpec, data: DataManager, *, quiet: bool = False,

@@ -15,6 +15,7 @@ import typer
 from gridml.data import open_data_manager
 from gridml.data.base import parse_did
 from gridml.errors import UsageError
+from gridml.layout import writable_folder
 
 if TYPE_CHECKING:
     from gridml.data.base import DataManager, FileInfo
@@ -117,6 +118,7 @@ def get(did: Annotated[str, typer.Argument(help="SCOPE:NAME (file, dataset or co
         output: Annotated[Path, typer.Option("--output", "-o", help="directory to write into")],
         backend: BackendOpt = None, as_json: JsonOpt = False) -> None:
     """Download a DID's files into DIR (flat, by file name), verifying adler32."""
+    writable_folder(output, "-o")
     dm = _open(backend)
     paths = dm.download(did, output)
     if as_json:

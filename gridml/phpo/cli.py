@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from gridml.layout import writable_file
 from gridml.phpo.steer import Engine, SteerError, read_json, steer as steer_step
 
 
@@ -38,6 +39,7 @@ def steer(in_file: Path = typer.Option(..., "--in", help="iDDS input (%IN): poin
           options: str | None = typer.Option(None, "--options", help="searcher options, JSON"),
           ) -> None:
     """One iDDS steering step: new hyperparameter points from IN's evaluated and pending ones."""
+    writable_file(out_file, "--out")
     fallback, engine = None, Engine()
     if spec is not None:
         fallback, engine = _engine_from_spec(spec)
@@ -81,6 +83,10 @@ def evaluate(evaluation_input: Path = typer.Option(Path("input.json"), "--evalua
     from gridml.phpo.evaluate import TEMPLATE, Files, Server, evaluate as run, template_from_spec
     from gridml.phpo.steer import SteerError as Bad
 
+    # checked before the training (an hour's work lost to a bad path otherwise)
+    writable_file(evaluation_output, "--evaluationOutput", example="output.json")
+    if metrics is not None:
+        writable_file(metrics, "--evaluationMetrics", example="metrics.tgz")
     cwd = Path.cwd()
     files = Files(evaluation_input, training_data, evaluation_output, metrics)
     if spec is not None and trial is None:

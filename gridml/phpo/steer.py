@@ -35,6 +35,7 @@ from gridml import search
 from gridml.errors import GridmlError, UsageError
 from gridml.phpo.spaces import SpaceProblem, to_gridml
 from gridml.search.validate import point_problems
+from gridml.spec.loader import MAX_INPUT_BYTES, InputLimit, load_json
 
 
 class SteerError(UsageError):
@@ -71,10 +72,23 @@ def engine_seed(seed: int, n_points: int, model_id: Any = None) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
+# at most this many points in one IN: a Gaussian process over n points builds n x n matrices
+# (240,000 points: 429 GiB); an iDDS search has max_points in the hundreds
+MAX_IN_POINTS = 20_000
+
+
 # ---- reading IN ----------------------------------------------------------------------------------
 def read_json(path: Path, what: str) -> Any:
+    """The JSON file at ``path`` within the input limits of :mod:`gridml.spec.loader` (size,
+    nesting): what is read is capped before anything is built from it."""
     try:
-        return json.loads(path.read_text())
+        if path.is_file() and path.stat().st_size > MAX_INPUT_BYTES:
+            raise InputLimit(f"{path}: {path.stat().st_size / 2**20:.1f} MiB, more than the "
+                             f"{MAX_INPUT_BYTES / 2**20:.0f} MiB an input may have; "
+                             "give a smaller file")
+        return load_json(path.read_text(), str(path))
+    except InputLimit as exc:
+        raise SteerError(f"{exc} (the {what} file)") from None
     except FileNotFoundError:
         raise SteerError(f"{path}: no such {what} file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -122,6 +136,9 @@ def parse_in(doc: Any, path: Path, fallback_space: Any = None) -> tuple[bool, li
         points = []
     if not isinstance(points, list):
         raise SteerError(f"{path}: points: must be a list of [point, loss or null]")
+    if len(points) > MAX_IN_POINTS:  # a searcher's model grows with the square of the points
+        raise SteerError(f"{path}: points: {len(points)} points, more than the {MAX_IN_POINTS} "
+                         "one steering step takes; lower the task's max_points (iDDS)")
     raw = doc.get("opt_space")
     if raw is None:
         if fallback_space is None:

@@ -18,13 +18,88 @@ M = TypeVar("M", bound=BaseModel)
 Loc = tuple[str | int, ...]
 
 
+# Limits on what a YAML or JSON input may hold (a spec, a phpo IN, a search space): a spec is a
+# few kB; these stop an alias bomb, a 5,000-deep nesting or a runaway file with one clear line
+# before anything grows (memory) or recurses (the stack).
+MAX_INPUT_BYTES = 8 * 1024 * 1024
+MAX_DEPTH = 64  # nested mappings/lists
+MAX_NODES = 200_000  # values once aliases are expanded
+
+
+class InputLimit(ValueError):
+    """An input past one of the limits (the message names which, and by how much)."""
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses nesting deeper than MAX_DEPTH while composing (before Python's
+    recursion limit is reached)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise InputLimit(f"{mark.line + 1}: nested more than {MAX_DEPTH} levels deep; "
+                                 "flatten it")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def check_size(raw: bytes | str, where: str, limit: int = MAX_INPUT_BYTES) -> None:
+    if len(raw) > limit:
+        raise InputLimit(f"{where}: {len(raw) / 2**20:.1f} MiB, more than the "
+                         f"{limit / 2**20:.0f} MiB an input may have; give a smaller file")
+
+
+def json_depth_ok(text: str, limit: int = MAX_DEPTH) -> bool:
+    """No JSON nesting deeper than ``limit`` (brackets outside strings)."""
+    depth, in_str, esc = 0, False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def load_json(text: str, where: str) -> Any:
+    """``json.loads`` within the input limits (size, depth): InputLimit names the limit."""
+    check_size(text, where)
+    if not json_depth_ok(text):
+        raise InputLimit(f"{where}: nested more than {MAX_DEPTH} levels deep; flatten it")
+    import json
+
+    return json.loads(text)
+
+
 def line_map(text: str) -> tuple[dict[Loc, int], list[str]]:
-    """Map every key path of a YAML document to its (1-based) line; report duplicate keys."""
+    """Map every key path of a YAML document to its (1-based) line; report duplicate keys.
+    InputLimit: nesting past MAX_DEPTH, or more than MAX_NODES values with aliases expanded."""
     lines: dict[Loc, int] = {}
     dups: list[str] = []
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    root = yaml.compose(text, Loader=_LimitedLoader)
+    seen = [0]
 
     def walk(node: yaml.Node | None, path: Loc) -> None:
+        seen[0] += 1
+        if seen[0] > MAX_NODES:
+            raise InputLimit(f"{node.start_mark.line + 1 if node else 1}: more than {MAX_NODES} "
+                             "values once its aliases (*name) are expanded (an alias bomb?); "
+                             "write the values out, or use fewer aliases")
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 sub = path + (key.value,)
@@ -66,6 +141,10 @@ def read_yaml(path: Path, *, kind: str = "spec", sections: str = "name:, payload
     except OSError as exc:
         raise SpecError(f"{path}: cannot be read ({exc.strerror})",
                         hint=f"check the {kind}'s path and permissions") from None
+    try:
+        check_size(raw, str(path))
+    except InputLimit as exc:
+        raise SpecError(str(exc)) from None
     if b"\x00" in raw:
         raise SpecError(f"{path}:1: not a text file (it holds NUL bytes); give the YAML {kind}")
     try:
@@ -76,8 +155,10 @@ def read_yaml(path: Path, *, kind: str = "spec", sections: str = "name:, payload
                         f"{exc.start}); save the {kind} as UTF-8, e.g. "
                         f"`iconv -f latin1 -t utf-8 {path.name}`") from None
     try:
-        data = yaml.safe_load(text)
-        lines, dups = line_map(text)
+        lines, dups = line_map(text)  # first: it refuses alias bombs and deep nesting
+        data = yaml.load(text, Loader=_LimitedLoader)  # a SafeLoader with limits
+    except InputLimit as exc:
+        raise SpecError(f"{path}:{exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -53,10 +53,32 @@ def busy_timeout_ms(url: str) -> int:
         return BUSY_TIMEOUT_MS
 
 
+SUPPORTED = ("sqlite", "postgresql")  # the databases the migrations and the store are made for
+
+
+def check_url(url: str) -> None:
+    """A URL gridml can open: ``sqlite:///path`` or ``postgresql://...`` (StoreError naming it
+    and the fix, before any driver is imported)."""
+    try:
+        backend = make_url(url).get_backend_name()
+    except Exception:  # sqlalchemy's ArgumentError: not a URL at all
+        raise StoreError(f"database URL {url.split('@')[-1]!r}: not a database URL",
+                         hint="give sqlite:///path.db or postgresql://user@host/db") from None
+    if backend not in SUPPORTED:
+        raise StoreError(f"database URL {backend}://...: gridml stores metrics in SQLite or "
+                         "PostgreSQL only", hint="give sqlite:///path.db or "
+                                                 "postgresql://user@host/db") from None
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url`` with the pragmas / pool settings gridml relies on."""
+    check_url(url)
     url = normalise_url(url)
     if not is_sqlite(url):
+        if make_url(url).get_driver_name() == "psycopg":
+            from gridml.extras import require
+
+            require("psycopg", "server", feature="a PostgreSQL store", error=StoreError)
         return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
     path = sqlite_path(url)
     busy = busy_timeout_ms(url)
