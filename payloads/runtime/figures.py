@@ -111,8 +111,9 @@ def classes(y: np.ndarray, n_outputs: int) -> np.ndarray:
 
 # ---- histograms ---------------------------------------------------------------------------------
 def bin_index(d: np.ndarray) -> np.ndarray:
-    idx = np.floor((np.asarray(d, np.float64) + D_MAX) * (BINS / (2 * D_MAX))).astype(np.int64)
-    return np.clip(idx, 0, BINS - 1)
+    # truncation is the floor where it matters (>= 0); below 0 the clip makes it bin 0
+    idx = ((np.asarray(d, np.float64) + D_MAX) * (BINS / (2 * D_MAX))).astype(np.int64)
+    return np.clip(idx, 0, BINS - 1, out=idx)
 
 
 def histograms(d: np.ndarray, cls: np.ndarray, w: np.ndarray | None, n_classes: int) -> np.ndarray:
