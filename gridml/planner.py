@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +67,7 @@ class TaskRequest:
     output_dataset: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     site: dict[str, Any] = field(default_factory=dict)  # the executor's own spec section
+    python: str | None = None  # payload.python: the payload's interpreter (gridml.payload_env)
 
     @property
     def trial_file(self) -> Path:
@@ -142,7 +142,7 @@ def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train
         container=spec.resources.container, vram_gb=spec.resources.vram_gb,
         launcher=spec.training.horovod, train_dids=tuple(spec.data.dids("train")),
         validation_dids=tuple(spec.data.dids("validation")),
-        output_dataset=loaded.output_dataset,
+        output_dataset=loaded.output_dataset, python=spec.payload.python,
         site=section.model_dump(mode="json") if section is not None else {})
 
 
@@ -161,12 +161,15 @@ def payload_command(workers: int, controller: str, trial_file: str,
 
 
 def local_payload_command(req: TaskRequest) -> list[str]:
-    """The command for this machine: the running interpreter and its environment's launcher."""
-    bindir = Path(sys.executable).parent
+    """The command for this machine: the payload's interpreter (payload.python,
+    $GRIDML_PAYLOAD_PYTHON, else the running one) and its environment's launcher."""
+    from gridml.payload_env import launcher_path, payload_python
+
     return payload_command(req.workers, req.launcher, str(req.trial_file),
-                           python=sys.executable, horovodrun=str(bindir / "horovodrun"),
+                           python=payload_python(req.python),
+                           horovodrun=launcher_path("horovodrun", req.python),
                            framework=req.trial.training.framework,
-                           torchrun=str(bindir / "torchrun"))
+                           torchrun=launcher_path("torchrun", req.python))
 
 
 def git_describe(path: Path) -> str | None:

@@ -42,6 +42,9 @@ class RucioStore:
 
     def __init__(self, *, rse: str | None = None, lifetime: int | None = None) -> None:
         _refuse_server_config()
+        from gridml.extras import require
+
+        require("rucio.client", "grid", feature="backend.data: rucio", error=DataError)
         from rucio.client import Client
         from rucio.common.config import clean_cached_config
 

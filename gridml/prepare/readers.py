@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gridml.errors import DataError
+from gridml.extras import require
 
 ROOT_SUFFIXES = (".root",)
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf")
@@ -46,7 +47,7 @@ def describe(path: Path, kind: str, tree: str) -> tuple[int, dict[str, str]]:
 
 
 def _describe_root(path: Path, tree: str) -> tuple[int, dict[str, str]]:
-    import uproot
+    uproot = require("uproot", "prepare", feature="reading ROOT files", error=DataError)
 
     with uproot.open(path) as fh:
         if tree not in fh:
@@ -77,11 +78,10 @@ def read(path: Path, kind: str, tree: str, branches: list[str] | None,
          start: int, stop: int) -> Any:
     """Events [start, stop) of one file as an awkward Array of records."""
     if kind == "root":
-        import uproot
-
+        uproot = require("uproot", "prepare", feature="reading ROOT files", error=DataError)
         with uproot.open(path) as fh:
             return fh[tree].arrays(branches, entry_start=start, entry_stop=stop, library="ak")
-    import awkward as ak
+    ak = require("awkward", "prepare", feature="gridml prepare", error=DataError)
     import h5py
 
     with h5py.File(path, "r") as fh:

@@ -54,6 +54,7 @@ class LoadedSpec:
         study submitted before an upgrade is still recognised by `gridml resume` and a rerun."""
         data = self.resolved()
         data["payload"].pop("model")  # its content counts (below), not where it lies
+        data["payload"].pop("python", None)  # which interpreter runs it, not what it runs
         for volatile in ("backend", "panda", "slurm"):
             data.pop(volatile, None)
         data["search"].pop("parallel", None)
@@ -74,8 +75,8 @@ def load_spec(path: str | Path, *, did_exists: Callable[[str], bool] | None = No
     model_path = checks.resolve_model_path(spec, path)
     problems = (checks.check_model_file(model_path, spec.payload.framework) + checks.check_objective(spec)
                 + checks.check_early_stopping(spec) + checks.check_search(spec))
-    if did_exists is not None:
-        problems += checks.check_dids(spec, did_exists)
+    if did_exists is not None:  # on the submit host (validate, submit): its data and launcher
+        problems += checks.check_dids(spec, did_exists) + checks.check_launcher(spec)
     if problems:
         raise SpecError(checks.format_problems(path, lines, problems))
     return LoadedSpec(spec=spec, path=path.resolve(), model_path=model_path)

@@ -149,5 +149,32 @@ def check_dids(spec: Spec, exists: Callable[[str], bool]) -> list[Problem]:
     return problems
 
 
+def check_launcher(spec: Spec) -> list[Problem]:
+    """Local and Slurm executors: the payload's launcher (torchrun; horovodrun, and mpirun with
+    training.horovod: mpi) is in the payload's environment (payload.python) or on PATH, and that
+    interpreter exists; else every trial would fail with exit 127."""
+    import os
+
+    from gridml.payload_env import ENV_VAR, missing_launchers, payload_python
+
+    if spec.backend.executor not in ("local", "slurm"):
+        return []  # PanDA: the job's own environment (resources.container)
+    python = payload_python(spec.payload.python)
+    where = "payload.python" if spec.payload.python else (
+        f"${ENV_VAR}" if os.environ.get(ENV_VAR) else "the controller's interpreter")
+    if not Path(python).exists():
+        return [(("payload", "python"), f"{python} ({where}) does not exist: name the payload "
+                 "environment's bin/python")]
+    missing = missing_launchers(spec.payload.framework, spec.training.horovod, spec.payload.python)
+    if not missing:
+        return []
+    extra = "torch" if spec.payload.framework == "torch" else "keras"
+    how = ("pip install 'gridml[torch]' there" if extra == "torch" else
+           "build Horovod there (scripts/setup.sh, docs/hpc.md)")
+    return [(("payload", "framework"), f"{' and '.join(missing)} not found beside {python} "
+             f"({where}) nor on PATH: {how}, or set payload.python / ${ENV_VAR} to an "
+             "environment that has it")]
+
+
 def format_problems(path: Path, lines: dict[Loc, int], problems: list[Problem]) -> list[str]:
     return [located(path, lines, loc, msg) for loc, msg in problems]

@@ -66,6 +66,11 @@ class Payload(_Strict):
         None, description="PanDA (panda, phpo): the files of the sandbox that travels to the "
         "worker node, relative to the model file's folder (checked at submit); default: that "
         "whole folder")
+    python: str | None = Field(
+        None, description="local and Slurm executors: the Python interpreter that runs the "
+        "payload (its folder provides torchrun/horovodrun), e.g. a TensorFlow 2.15 environment's "
+        "bin/python while the controller runs elsewhere; default $GRIDML_PAYLOAD_PYTHON, else the "
+        "controller's own interpreter")
 
 
 class InputView(_Strict):

@@ -40,9 +40,12 @@ def client() -> ModuleType:
     second server, tests), the module is re-imported so the environment is honoured."""
     try:
         from pandaclient import Client
-    except ImportError as exc:  # pragma: no cover - panda-client is in requirements/extras.txt
-        raise ExecutorError("panda-client is not installed",
-                            hint="pip install panda-client==2.2.0 (requirements/extras.txt)") from exc
+    except ImportError as exc:  # panda-client comes with the grid extra
+        from gridml.extras import missing_message
+
+        if exc.name and exc.name.split(".")[0] != "pandaclient":
+            raise
+        raise ExecutorError(missing_message("pandaclient", "grid", "PanDA")) from None
     except OSError as exc:  # its import resolves the cache server's name unless told not to
         raise ExecutorError(f"panda-client could not resolve the PanDA cache server when it was "
                             f"imported: {exc}", hint="check your network/DNS, or set "
@@ -86,6 +89,9 @@ def source_url() -> str:
 
 
 def client_version() -> str:
+    from gridml.extras import require
+
+    require("pandaclient", "grid", feature="PanDA", error=ExecutorError)
     from pandaclient import PandaToolsPkgInfo
 
     return str(PandaToolsPkgInfo.release_version)

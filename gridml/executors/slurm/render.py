@@ -174,7 +174,14 @@ def _shell(argv: list[str]) -> str:
 
 def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
     """The whole batch script; ``trial_file``: the trial document the ranks read;
-    ``bindir``: the environment's ``bin`` folder put first on ``PATH``."""
+    ``bindir``: the environment's ``bin`` folder put first on ``PATH`` (the payload's own when
+    payload.python or $GRIDML_PAYLOAD_PYTHON names it: gridml.payload_env)."""
+    import os
+
+    from gridml.payload_env import ENV_VAR, payload_bindir
+
+    if req.python or os.environ.get(ENV_VAR):
+        bindir = str(payload_bindir(req.python))
     site: dict[str, Any] = req.site or {}
     env = {"GRIDML_TRIAL_DIR": str(req.workdir), "HOROVOD_START_TIMEOUT": "300",
            "HOROVOD_GLOO_TIMEOUT_SECONDS": "300", **req.env}
