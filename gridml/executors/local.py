@@ -55,13 +55,14 @@ def _finished_here(run: Path) -> bool:
         return False
 
 
-def _leaves(pgid: int) -> list[int]:
-    """The processes of group ``pgid`` that have no child in it (Linux /proc; else the leader)."""
-    procs: dict[int, int] = {}  # pid -> parent pid, in the group
+def _leaves(root: int) -> list[int]:
+    """The descendants of ``root`` that have no child (the ranks: torchrun starts them in
+    sessions of their own), from Linux's /proc; elsewhere ``root`` itself."""
+    children: dict[int, list[int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return [pgid]
+        return [root]
     for name in names:
         if not name.isdigit():
             continue
@@ -70,10 +71,16 @@ def _leaves(pgid: int) -> list[int]:
                 fields = fh.read().rsplit(") ", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            procs[int(name)] = int(fields[1])
-    parents = set(procs.values())
-    return [p for p in procs if p not in parents] or [pgid]
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    leaves, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if children.get(pid):
+            todo.extend(children[pid])
+        else:
+            leaves.append(pid)
+    return leaves or [root]
 
 
 class LocalExecutor:

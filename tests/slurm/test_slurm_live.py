@@ -1,0 +1,74 @@
+"""The live channel on the real Slurm cluster (the nodes are network namespaces sharing only the
+folders with the controller; the embedded server on loopback, so the ranks have no API): a
+running job's epochs are in `gridml status` before the job ends, with its progress.json."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import gridml_json, make_registered_sample_data, start_gridml, write_spec
+from tests.slurm.slurm_fixtures import SlurmCluster
+from tests.slurm.test_slurm_campaign import search, trial_logs
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.service, pytest.mark.slow]
+
+SLOW_MODEL = '''
+import time
+from torch import nn
+
+
+class Slow(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, 1)
+
+    def forward(self, x):
+        if self.training:
+            time.sleep(0.25)  # epochs of a few seconds: seen while the job runs
+        return self.lin(x)
+
+
+def build_model(hparams, input_shape):
+    return Slow(int(input_shape[0]))
+'''
+
+
+def test_epochs_are_seen_while_the_slurm_job_runs(tmp_path: Path, gridml_home: Path,
+                                                  slurm_env: SlurmCluster) -> None:
+    data = make_registered_sample_data(tmp_path, n_train=600, n_val=200, files=1)
+    (tmp_path / "slow.py").write_text(SLOW_MODEL)
+    spec = write_spec(
+        tmp_path / "spec.yaml", "slurm-live", *data,
+        payload=f"payload: {{framework: torch, model: {tmp_path / 'slow.py'}}}\n",
+        search=search(1, 1),
+        training="training: {epochs: 4, batch_size: 64, workers: 1, metrics: [accuracy]}\n",
+        resources="resources: {nodes: 1, cores: 1, memory_gb: 1, walltime: 20m}\n",
+        backend="backend: {executor: slurm, data: local, server: embedded, retries: 0}\n",
+        slurm=f"slurm: {{partition: {slurm_env.partition}}}\n")
+    proc = start_gridml("submit", str(spec), "--quiet")
+    seen: list[tuple[str, int]] = []
+    try:
+        end = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < end:
+            try:
+                trials = gridml_json("status", "slurm-live")["trials"]
+            except (AssertionError, json.JSONDecodeError, KeyError):
+                trials = []
+            seen += [(t["state"], t["epochs_done"]) for t in trials]
+            time.sleep(1.0)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    trials = gridml_json("status", "slurm-live")["trials"]
+    assert [t["state"] for t in trials] == ["completed"], (err[-3000:], trial_logs("slurm-live", 0)[-3000:])
+    # before the live channel, a Slurm job's epochs all arrived when it ended
+    assert any(state == "running" and 0 < n < 4 for state, n in seen), seen
+    progress = json.loads((gridml_home / "runs" / "slurm-live" / "trial-0000" /
+                           "progress.json").read_text())
+    assert progress["epoch"] == 4 and progress["batches"] == progress["batch"], progress
