@@ -5,6 +5,14 @@ with *any* told solutions (so the strategy can be replayed from stored observati
 bound handling keeps samples inside [0, 1], and CMA-ES is the standard evolutionary baseline for
 hyperparameter search; nevergrad would bring pandas and many optimisers gridml does not use.
 
+Why this path and not Optuna's ``CmaEsSampler`` (``optuna`` ``sampler: cmaes``, removed in
+issue 25, which asked for one CMA-ES path): ``cma`` is an installed dependency of gridml while the
+sampler needs the separate ``cmaes`` package, which is not (the option only ever said so); the
+sampler does not take categorical parameters into CMA-ES (it samples them independently, i.e.
+at random) and no conditional ones, where this path maps every parameter to a cell of the unit
+cube; and its state would be rebuilt from an Optuna study every call anyway, as this replay does,
+at the cost of building that study from every observation.
+
 The controller keeps no optimizer state, so the strategy is rebuilt every cycle by replaying the
 finite observations in the order they were told, in generations of ``popsize``: ask (advances
 the strategy as it would have), then tell that generation's observed points and values. Leftover

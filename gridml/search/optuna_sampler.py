@@ -9,12 +9,14 @@ parameter is suggested only where its condition holds: Optuna's own define-by-ru
 The asked trials stay RUNNING, so later asks of the batch see them. The sampler is seeded from
 (seed, observations + pending): the same observations give the same batch.
 
-Options (``search.options``): ``sampler``: ``tpe`` (default), ``nsgaii``, ``gp``, ``cmaes``,
-``qmc`` or ``random``; every other option is passed to the sampler's constructor (e.g.
+Options (``search.options``): ``sampler``: ``tpe`` (default), ``nsgaii``, ``gp``, ``qmc`` or
+``random``; every other option is passed to the sampler's constructor (e.g.
 ``n_startup_trials``, ``multivariate``), and an option the chosen sampler does not take is
 refused naming the ones it takes. ``tpe`` defaults to ``constant_liar: true`` (pending and
-in-batch trials are treated as bad results instead of ignored) unless given. ``gp`` needs PyTorch
-and ``cmaes`` the ``cmaes`` package: without them the searcher says so.
+in-batch trials are treated as bad results instead of ignored) unless given. ``gp`` needs PyTorch:
+without it the searcher says so. ``cmaes`` (Optuna's CmaEsSampler) is refused, pointing to
+``algorithm: evolution``: gridml keeps one CMA-ES path, the ``cma`` package's (why: see
+gridml/search/evolution.py).
 
 Several objectives (``search.objectives``): samplers ``tpe`` and ``nsgaii`` on a study built with
 ``directions=``, each told trial carrying its vector. Constraints (``search.constraints``): the
@@ -39,9 +41,9 @@ from gridml.search.space import Space
 from gridml.search.validate import same_choice
 
 SAMPLERS: dict[str, str] = {"tpe": "TPESampler", "nsgaii": "NSGAIISampler", "gp": "GPSampler",
-                            "cmaes": "CmaEsSampler", "qmc": "QMCSampler",
-                            "random": "RandomSampler"}
-NEEDS = {"gp": "torch", "cmaes": "cmaes"}  # optional packages some samplers import when used
+                            "qmc": "QMCSampler", "random": "RandomSampler"}
+NEEDS = {"gp": "torch"}  # optional packages some samplers import when used
+REDIRECT = {"cmaes": "algorithm: evolution, gridml's one CMA-ES (the cma package)"}
 RETRIES = 4  # extra asks per wanted point when the sampler repeats a told or pending point
 MULTI = ("tpe", "nsgaii")  # the samplers taking several objectives and constraints here
 CONSTRAINTS_KEY = "constraints"  # the system attribute Optuna's samplers read violations from
@@ -69,6 +71,9 @@ class OptunaSearcher(BaseSearcher):
     def __init__(self, space: Any, **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
         kind = self.options["sampler"]
+        if kind in REDIRECT:
+            raise SearchError(f"search.options.sampler: {kind} is not offered",
+                              hint=f"use {REDIRECT[kind]}")
         if kind not in SAMPLERS:
             raise SearchError(f"search.options.sampler: {kind!r} is not known",
                               hint=f"use one of {', '.join(SAMPLERS)}")

@@ -95,3 +95,11 @@ def test_one_validator_for_points():
         "hparams.momentum: no value for 'momentum'; give every active parameter of the space"]
     bad = search.point_problems(space, {**good, "layers": 2.5, "act": 1, "colour": "red"})
     assert [p.split(":")[0] for p in bad] == ["hparams.colour", "hparams.layers", "hparams.act"]
+
+
+def test_one_cma_es_path_optunas_cmaes_sampler_points_to_evolution():
+    with pytest.raises(SearchError) as err:
+        search.create("optuna", SPACE, sampler="cmaes")
+    assert "sampler: cmaes is not offered" in str(err.value)
+    assert "algorithm: evolution" in str(err.value.hint)
+    assert len(search.create("evolution", SPACE, seed=1).ask(3)) == 3
