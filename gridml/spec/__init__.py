@@ -23,6 +23,7 @@ ADDED_SINCE_0_1: dict[tuple[str, str], Any] = {
     ("payload", "framework"): "keras", ("payload", "files"): None,
     ("search", "warm_start"): [], ("search", "initial_points"): [], ("resources", "nodes"): 1,
     ("search", "objectives"): [], ("search", "constraints"): [],
+    ("training", "stop_on_nan"): False,
 }
 
 

@@ -150,6 +150,9 @@ class Training(_Strict):
         "weight}: factors on the loss's event weights")
     discriminant: Discriminant | None = Field(
         None, description="multi-class figures of merit: {signal, background, fractions}")
+    stop_on_nan: bool = Field(
+        False, description="stop the trial at the first epoch whose objective is NaN or "
+                           "infinite (it ends diverged either way: docs/search.md)")
 
     @field_validator("mixed_precision", mode="before")
     @classmethod
