@@ -161,7 +161,7 @@ def test_spec_framework_and_horovod(tmp_path: Path) -> None:
 
 
 def test_the_payload_error_line_survives_torchruns_summary() -> None:
-    from gridml.executors.local import last_error_line
+    from gridml.executors.logs import last_error_line
 
     log = ("[payload r0] epoch 1 ...\n"
            "gridml payload error: input file /d/x.h5: truncated\n"
