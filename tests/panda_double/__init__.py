@@ -13,6 +13,11 @@ The real panda-client talks to it, configured the way users configure it::
 PANDA_BEHIND_REAL_LB=1 (no DNS lookup at import), and OIDC auth with a token file; with
 ``https=True`` the server speaks TLS and wants a client certificate, and the client presents an
 X509 proxy (``X509_USER_PROXY``; ``PANDA_VERIFY_HOST=off`` for the self-signed server).
+
+``isolated=True``: the jobs' payloads run in a network namespace of their own with a loopback
+only (``ip netns add``, as scripts/slurm-cluster.sh makes its nodes), so, like payloads on a real
+worker node, they cannot reach this machine: not the embedded API, not the double. Needs root
+(:func:`can_isolate`); the namespace is removed on exit.
 """
 
 from __future__ import annotations
@@ -20,18 +25,26 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
+from tests.panda_double import pilot
 from tests.panda_double.jedi import Jedi, Task
 from tests.panda_double.server import Api, serve
 from tests.panda_double.tls import make_certificates, server_context
 
 ROOT = Path(__file__).resolve().parents[2]
-__all__ = ["PandaDouble", "Task", "make_token"]
+__all__ = ["PandaDouble", "Task", "can_isolate", "make_token"]
+
+
+def can_isolate() -> bool:
+    """Whether this machine lets the double run jobs in a network namespace (root, iproute2)."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("nsenter") is not None
 
 
 def make_token(name: str = "Jane Tester", nickname: str = "jtester", vo: str = "atlas") -> str:
@@ -59,7 +72,7 @@ class PandaDouble:
 
     def __init__(self, workdir: Path, *, data: Callable[[], Any] | None = None,
                  require_token: bool = True, max_active_tasks: int | None = None,
-                 tick_s: float = 0.1, https: bool = False) -> None:
+                 tick_s: float = 0.1, https: bool = False, isolated: bool = False) -> None:
         from gridml.data import open_data_manager
 
         self.workdir = Path(workdir)
@@ -74,6 +87,7 @@ class PandaDouble:
         self.token_file = self.workdir / "token"
         self.token_file.write_text(make_token())
         self.certs = make_certificates(self.workdir / "tls") if https else None
+        self.netns = f"gpd{os.getpid()}x{id(self) % 100000}" if isolated else None
 
     @property
     def url(self) -> str:
@@ -105,10 +119,28 @@ class PandaDouble:
             self._httpd.server_close()
             self._httpd = None
 
+    def _isolate(self) -> None:
+        """The worker nodes' network: a namespace with a loopback and no route out."""
+        assert self.netns is not None
+        subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True)
+        subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True,
+                       capture_output=True)
+        self.jedi.env = {**self.jedi.env, pilot.NETNS: self.netns}
+
     def __enter__(self) -> Self:
+        if self.netns:
+            self._isolate()
         self.jedi.start()
         return self.up()
 
     def __exit__(self, *exc: object) -> None:
         self.down()
         self.jedi.stop()
+        if self.netns:
+            for pid in subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True,
+                                      text=True).stdout.split():
+                try:
+                    os.kill(int(pid), 9)  # a job still running in it (the test's own)
+                except (OSError, ValueError):
+                    pass
+            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)

@@ -10,6 +10,11 @@ its template is flagged ``allowNoOutput`` (JEDI hands its name to the pilot, whi
 stage-out; the server marks it ``nooutput``) and runGen's ``--allowNoOutput=`` lists it.
 The container image is not pulled: the job runs on the host, in the environment the test gives it
 (``env``: the virtualenv's bin first on PATH and the repository on PYTHONPATH stand in for it).
+A worker node that cannot reach the controller: with ``env[NETNS]`` naming a network namespace
+(:class:`tests.panda_double.PandaDouble` ``isolated=True`` makes one with a loopback only), the
+exec runs inside it (``nsenter --net``), as payloads on a worker node do; the pilot's own work
+(stage-in, sandbox, stage-out) stays on this machine's network, as a real pilot reaches its server
+and storage. ``Job.exec_s`` is how long the exec ran.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import shlex
 import signal
 import subprocess
 import tarfile
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +37,7 @@ from urllib.parse import unquote
 from gridml.executors.panda.render import panda_did
 
 _PLACEHOLDER = re.compile(r"\$\{(\w+)(/T)?\}")
+NETNS = "GRIDML_TEST_WORKER_NETNS"  # env key (the pilot's, not passed on): the exec's namespace
 
 
 @dataclass
@@ -49,6 +56,7 @@ class Job:
     no_output: list[str] = field(default_factory=list)  # allowed not to be produced, and not produced
     proc: subprocess.Popen[bytes] | None = None
     result: dict[str, Any] | None = None  # an HPO job's output.json (status, loss, message)
+    exec_s: float | None = None  # how long the exec (the payload) ran
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -189,8 +197,14 @@ def run_hpo(params: dict[str, Any], job: Job, point: Any, data: Any, env: dict[s
 
 
 def _execute(command: str, job: Job, env: dict[str, str], timeout_s: float) -> int:
+    env = dict(env)
+    netns = env.pop(NETNS, "")
+    argv = ["/bin/sh", "-c", command]
+    if netns:  # the worker node's network: no route to this machine
+        argv = ["nsenter", f"--net=/var/run/netns/{netns}", *argv]
+    t0 = time.monotonic()
     with open(job.workdir / "payload.stdout", "wb") as log:
-        job.proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=job.workdir, env=env,
+        job.proc = subprocess.Popen(argv, cwd=job.workdir, env=env,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             return job.proc.wait(timeout=timeout_s)
@@ -198,6 +212,8 @@ def _execute(command: str, job: Job, env: dict[str, str], timeout_s: float) -> i
             job.kill()
             job.diag = f"walltime exceeded ({timeout_s:.0f} s)"
             return job.proc.wait()
+        finally:
+            job.exec_s = time.monotonic() - t0
 
 
 def stage_out(params: dict[str, Any], opts: dict[str, str], job: Job, data: Any) -> list[str]:
