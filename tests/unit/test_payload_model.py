@@ -61,3 +61,60 @@ def test_mixed_bfloat16_trains_with_a_float32_output() -> None:
         assert np.isfinite(hist.history["loss"]).all()
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def _figs(**training: object):
+    from payloads.runtime.core import ValidationFigures
+    from payloads.runtime.trial import Data, Training, TrialDoc
+
+    cfg = TrialDoc(study="s", trial_id=1, trial_number=0, hparams={}, model_file=Path("m.py"),
+                   training=Training(metrics=("auc", "rejection_at_50"), **training),  # type: ignore[arg-type]
+                   data=Data(), output_dir=Path("."))
+    return ValidationFigures(cfg, "probability", None, [])
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_keras_validation_histograms_equal_the_numpy_ones(classes: int) -> None:
+    """The histogram the wrapped Keras test_step fills equals figures.histograms of the same
+    weighted scores (binary probabilities, or softmax with a discriminant)."""
+    from payloads.runtime import keras_figures
+
+    rng = np.random.default_rng(3)
+    n = 5000
+    disc = {"signal": 0, "background": [1, 2], "fractions": {1: 0.3}} if classes == 3 else None
+    fig = _figs(discriminant=disc)
+    if classes == 2:
+        y = (rng.random(n) < 0.5).astype(np.float32)
+        p = (1 / (1 + np.exp(-rng.normal(y * 2 - 1, 1.0)))).astype(np.float32)[:, None]
+    else:
+        y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
+        z = rng.normal(size=(n, 3)) + 2 * y
+        p = (np.exp(z) / np.exp(z).sum(1, keepdims=True)).astype(np.float32)
+    w = rng.uniform(-0.2, 1.5, n).astype(np.float32)
+    hist = keras_figures.Histogram(fig, 1 if classes == 2 else 3)
+    for lo in range(0, n, 1000):
+        hist.update(tf.constant(y[lo:lo + 1000]), tf.constant(p[lo:lo + 1000]),
+                    tf.constant(w[lo:lo + 1000]))
+    got = hist.var.numpy().reshape(hist.k, -1)
+    want = fig.histograms(p, y, w)
+    assert np.abs(got - want).sum() < 1e-3 * np.abs(want).sum()
+    a, b = fig.metrics(got, None), fig.metrics(want, None)
+    assert a["val_rejection_at_50"] == pytest.approx(b["val_rejection_at_50"], rel=1e-3)
+    hist.reset()
+    assert hist.var.numpy().sum() == 0
+
+
+def test_a_metric_name_nobody_knows_needs_the_hook() -> None:
+    import types
+
+    from payloads.runtime.core import metric_hook
+    from payloads.runtime.trial import Data, Training, TrialDoc
+
+    cfg = TrialDoc(study="s", trial_id=1, trial_number=0, hparams={}, model_file=Path("m.py"),
+                   training=Training(metrics=("accuracy", "rejection_at_30", "sig_eff")),
+                   data=Data(), output_dir=Path("."))
+    with pytest.raises(PayloadFailure, match="'sig_eff' is not known.*define metrics"):
+        metric_hook(cfg, types.SimpleNamespace(), ("accuracy",))
+    module = types.SimpleNamespace(metrics=lambda y, s, w: {"sig_eff": 0.5})
+    hook, from_hook, framework = metric_hook(cfg, module, ("accuracy",))
+    assert hook is module.metrics and from_hook == ["sig_eff"] and framework == ["accuracy"]

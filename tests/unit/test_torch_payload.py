@@ -170,3 +170,26 @@ def test_the_payload_error_line_survives_torchruns_summary() -> None:
            "  exitcode  : 3 (pid: 12)\n"
            "============================================================\n")
     assert last_error_line(log) == "gridml payload error: input file /d/x.h5: truncated"
+
+
+def test_weighted_metrics_and_loss() -> None:
+    """With event weights every metric is a weighted one, and the loss the weighted mean; a loss
+    hook that averages cannot take weights and says so."""
+    import torch
+
+    from payloads.runtime import torch_model
+    from payloads.runtime.errors import PayloadFailure
+
+    out = torch.tensor([[2.0], [-1.0], [0.5], [-3.0]])
+    y = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    w = torch.tensor([2.0, 1.0, 1.0, -0.5])
+    per = torch_model.event_loss_fn("binary_crossentropy")(out, y)
+    assert per.shape == (4,)
+    m = torch_model.Metrics(["accuracy", "auc"], "binary_crossentropy", torch.device("cpu"))
+    m.update(torch_model.weighted(per, w, "loss") / w.mean(), out, y, w)
+    got = m.reduce(None)
+    assert got["loss"] == pytest.approx(float((per * w).sum() / w.sum()))
+    correct = torch.tensor([1.0, 0.0, 0.0, 1.0])  # 2 > 0, -1 < 0 wrong, 0.5 > 0 wrong, -3 right
+    assert got["accuracy"] == pytest.approx(float((correct * w).sum() / w.sum()))
+    with pytest.raises(PayloadFailure, match="one loss per event"):
+        torch_model.weighted(per.mean(), w, "the model file's loss")
