@@ -306,7 +306,18 @@ class Campaign:
         if written is not None:
             signs.append(datetime.fromtimestamp(written, UTC))
         last = max(signs)
-        return (now() - last).total_seconds() > parse_walltime(self.spec.backend.heartbeat_timeout)
+        if (now() - last).total_seconds() <= parse_walltime(self.spec.backend.heartbeat_timeout):
+            return False
+        # a trial whose training is over (every epoch spooled, or its result written) sends no
+        # heartbeats while it saves its model and drains its reports: it is finishing, not hung
+        # (the walltime still bounds it)
+        outputs = self._workdir(trial) / "outputs"
+        self.ingest_spool(trial, outputs / "metrics.jsonl")
+        if (self.store.get_trial(trial.id).epochs_done >= self.spec.training.epochs
+                or (outputs / "result.json").exists()):
+            log.debug("trial %d: silent, but its training is over: left to finish", trial.number)
+            return False
+        return True
 
     def finalize(self, trial: Trial, status: TaskStatus) -> None:
         outputs = self._workdir(trial) / "outputs"
