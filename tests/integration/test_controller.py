@@ -134,3 +134,33 @@ def test_same_name_with_a_different_spec_is_refused(world: dict) -> None:
     spec.write_text(spec.read_text().replace("high: 32", "high: 40"))
     with pytest.raises(SpecError, match="already exists with a different spec"):
         campaign({**world, "loaded": load_spec(spec)})
+
+
+def test_silence_is_judged_only_on_evidence(world: dict) -> None:
+    """Issue 24, point 3: a restarted controller does not count its own downtime as a trial's
+    silence; what the trial wrote is a sign of life; a trial whose training is over is finishing."""
+    import os
+    from datetime import timedelta
+
+    from gridml.controller import now
+
+    c = campaign(world)
+    c.step()
+    store = world["store"]
+    t = store.list_trials(c.study.id)[0]
+    long_ago = now() - timedelta(hours=2)
+    t = store.update_trial(t.id, started=long_ago, last_heartbeat=long_ago)
+    assert c._silent(t) is False  # just restarted: the trial could not report while it was down
+    c._listening_since = long_ago  # this controller has listened for two hours: silent
+    assert c._silent(t) is True
+    out = world["tmp"] / "runs" / "ctl" / f"trial-{t.number:04d}" / "outputs"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "progress.txt").write_text("x")  # written just now: alive
+    assert c._silent(t) is False
+    os.utime(out / "progress.txt", (long_ago.timestamp(), long_ago.timestamp()))
+    assert c._silent(t) is True
+    finish(world, c, t.number, 0.3, epochs=2)  # every epoch spooled (training.epochs: 2)
+    for p in out.iterdir():
+        os.utime(p, (long_ago.timestamp(), long_ago.timestamp()))
+    assert c._silent(t) is False  # training over: it is saving its model / draining its posts
+    assert store.get_trial(t.id).epochs_done == 2  # and its spool was adopted
