@@ -319,9 +319,10 @@ class Trainer:
                 else:
                     loss = self.loss_fn(out, y)
                 m.update(loss, out, y, w)
-            if self.figures is not None:  # the batch's buffers are recycled: copies
-                keep.append((out.detach().float().cpu(), y.detach().cpu().clone(),
-                             w.detach().cpu().clone() if w is not None else None))
+            if self.figures is not None:  # copies (the batch's buffers are recycled), kept
+                # on the device: one transfer after the pass, no sync per batch on a GPU
+                keep.append((out.detach().float().clone(), y.detach().clone(),
+                             w.detach().clone() if w is not None else None))
         self.model.train()
         logs = m.reduce(self.ranks.all_reduce)
         if self.figures is not None:
@@ -333,19 +334,22 @@ class Trainer:
         fig = self.figures
         assert fig is not None
         if keep:
-            s = torch.cat([k[0] for k in keep]).numpy()
-            y = torch.cat([k[1] for k in keep]).numpy()
-            w = (torch.cat([k[2] for k in keep]).numpy() if keep[0][2] is not None
+            s = torch.cat([k[0] for k in keep]).cpu().numpy()
+            y = torch.cat([k[1] for k in keep]).cpu().numpy()
+            w = (torch.cat([k[2] for k in keep]).cpu().numpy() if keep[0][2] is not None
                  else np.ones(len(y)))
         else:
             s, y, w = np.zeros((0, 1), np.float32), np.zeros((0,)), np.zeros((0,))
-        hist = torch.from_numpy(fig.histograms(s, y, w))
-        self.ranks.all_reduce(hist)  # one all-reduce of the (classes, bins) histograms
+        # one all-reduce of the (classes, bins) histograms, on the device (nccl takes no CPU
+        # tensors)
+        dev = torch.from_numpy(fig.histograms(s, y, w)).to(self.device)
+        self.ranks.all_reduce(dev)
+        hist = dev.cpu().numpy()
         gathered = self.ranks.gather((y, s, w)) if fig.hook is not None else None
         if self.ranks.rank != 0:
-            fig.hist = hist.numpy()
+            fig.hist = hist
             return {}
-        return {k.removeprefix("val_"): v for k, v in fig.metrics(hist.numpy(), gathered).items()}
+        return {k.removeprefix("val_"): v for k, v in fig.metrics(hist, gathered).items()}
 
     def fit(self) -> None:
         cfg, data = self.cfg, self.data
