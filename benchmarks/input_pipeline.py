@@ -12,9 +12,14 @@ pass's figures are printed too) and the ratios (goals: gridml >= 0.9x raw and >=
 gzip data; the torch path >= 0.5x raw on uncompressed data). Uncompressed data is read with
 ``preadv`` at the chunks' file offsets (payloads/runtime/pipeline/chunkio.py): the row "raw preadv" is
 that copy alone, the row "every read through HDF5" the torch path without it. The row "tf.data
-alone" is the Keras path's ceiling: tf.data's per-batch cost over a slab already in memory. The file is
-read from the page cache: it is read whole, untimed, right before each timed row (see
-``warm``); the file is deleted at the end. The row
+alone" is the Keras path's ceiling: tf.data's per-batch cost over a slab already in memory.
+Every row, the naive ones too, starts from the same page cache, in two sets of rows
+(``--page-cache both``, the default): warm, the file read whole, untimed, right before the row's
+clock (see ``warm``), and cold, the file dropped from the page cache right before the row's
+clock (``fsync`` + ``posix_fadvise(POSIX_FADV_DONTNEED)``, see ``drop``; each set's heading
+says what fraction of the file was cached as its rows started, by ``mincore``). (Until issue
+22 the naive rows ran after the others without either; cold means this kernel's cache: the
+VM's host may still cache its disk.) The file is deleted at the end. The row
 "tf.data one element per slab" asks whether a slab-wise Keras ``train_step`` could lift that
 ceiling: one element per slab, its batches looped over in one ``tf.function``.
 ``--only-torch`` (or no TensorFlow, as on a GPU node with its own PyTorch) leaves the
@@ -28,6 +33,12 @@ payload does (``torch.from_numpy`` of each slab, batches are views), and the way
 processes, timed for --naive-seconds).
 
     python benchmarks/input_pipeline.py [--size-gb 2.1] [--compression none|gzip|both]
+                                        [--page-cache warm|cold|both]
+
+Quick run (issue 22: 2 shared cores at load average 11-17, so single passes are noisy; the
+ratios are side by side in one run), ``--size-gb 0.2 --repeat 1 --naive-seconds 3
+--cache-rows 0``, samples/s and the ratio gridml loader (numpy batches) / naive:
+RESULTS_PLACEHOLDER
 """
 
 from __future__ import annotations
