@@ -114,9 +114,13 @@ def test_recycled_slabs_hold_the_same_batches_and_stay_valid_two_slabs(tmp_path:
     kept: list[tuple[dict, np.ndarray]] = []
     for slab in loader.slabs([1], reuse=True):
         kept.append((slab, slab["y"].copy()))
-        if len(kept) > 3:
+        if len(kept) > 2:
             kept.pop(0)
-        for old, snapshot in kept[-3:]:  # this slab and the two before are intact
+        # the documented contract (ShardedLoader.slabs): a slab stays valid until the consumer
+        # has taken two more, so this slab and the one before are intact. (The slab before that
+        # is back in the ring: whether the reader has refilled it yet is a race, which made the
+        # old three-slab check fail on a loaded machine.)
+        for old, snapshot in kept:
             np.testing.assert_array_equal(old["y"], snapshot)
         for i in range(slab["y"].shape[0]):
             np.testing.assert_array_equal(slab["y"][i][:, None] * [1, -1], slab["x"][i])
