@@ -11,7 +11,7 @@ two-node test cluster with accounting (scripts/slurm-cluster.sh: slurmdbd on Mar
   using a retry), a requeueable one goes back to the queue and is followed as the same attempt.
 * OUT_OF_MEMORY is not tested: the nodes are network namespaces sharing this machine's cgroup
   (task/none, proctrack/linuxproc), so Slurm sets no cgroup memory limit and the kernel's OOM
-  killer never names a job; the state's mapping is covered by the unit tests of trial_status.
+  killer never names a job; the mapping of that state is tested in tests/unit/test_slurm_states.py.
 
 Most tests drive :class:`SlurmExecutor` directly with a trivial payload (the benchmark's
 ``payload_override``), so each job lasts seconds; the resume test runs the real CLI and payload.
