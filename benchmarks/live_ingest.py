@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -35,7 +36,7 @@ from gridml.store import open_store  # noqa: E402
 def report(epoch: int, trial: int) -> str:
     loss = 0.7 / (1 + 0.05 * epoch) + 0.001 * trial
     body = {"epoch": epoch, "epoch_time": 12.5, "samples_per_s": 48000.0, "input_wait_frac": 0.02,
-            "peak_rss_mb": 2100.0, "threads": {"intra": 4, "inter": 2},
+            "peak_rss_mb": 2100.0, "threads": 4,
             "metrics": {"loss": loss, "val_loss": loss + 0.01, "accuracy": 0.8, "val_auc": 0.85,
                         "n_params": 120000.0, "model_mb": 0.5},
             "extra": {"cache": {"hit_rate": 0.99, "used_mb": 800.0}, "cpu_util": 0.9,
@@ -57,6 +58,9 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rule-trials", type=int, default=50,
+                    help="trials that add an epoch in the early-stopping cycles (0: skip them); "
+                    "the rule compares each with every trial's curve: O(trials x all x epochs)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
@@ -83,7 +87,12 @@ def main() -> None:
             for t in trials:
                 live.stalled(t)
 
+        idle()  # the stall watches start
         ms = timed(idle, args.repeat)
+        spools = [paths.trial_outputs(t.number) / "metrics.jsonl" for t in trials]
+        stat_ms = timed(lambda: [os.stat(p) for p in spools], args.repeat)
+        print(f"(this machine: {len(spools)} os.stat calls alone take "
+              f"{statistics.median(stat_ms):.1f} ms)")
         print(f"idle cycle (stat per spool + stall checks): median {statistics.median(ms):.1f} ms "
               f"(min {min(ms):.1f}, max {max(ms):.1f}); goal < 50 ms")
         again = LiveChannel(store, study.id, paths, search, "30m")
@@ -107,12 +116,20 @@ def main() -> None:
         print(f"one new epoch per trial ({new_bytes / 1e3:.0f} kB new): median "
               f"{statistics.median(ms):.1f} ms ({statistics.median(ms) / len(trials) * 1000:.0f} "
               f"us per trial)")
+        if not args.rule_trials:
+            store.close()
+            return
         rule = {**search, "early_stopping": {"rule": "median", "min_epochs": 2, "min_trials": 3}}
+        trials = trials[:args.rule_trials]
         ruled = LiveChannel(store, study.id, paths, rule, "30m")
+        t0 = time.perf_counter()
         ruled.cycle(trials)  # curves loaded, first decisions written
+        print(f"early stopping: first cycle (every curve loaded, {len(trials)} decisions): "
+              f"{time.perf_counter() - t0:.2f} s")
         ms = [one_more(ruled) for _ in range(args.repeat)]
-        print(f"... with early stopping (median rule, {len(trials)} decision.json written): "
-              f"median {statistics.median(ms):.1f} ms")
+        print(f"{len(trials)} trials add an epoch, with early stopping (median rule against "
+              f"{args.trials} curves, {len(trials)} decision.json written): median "
+              f"{statistics.median(ms):.1f} ms")
         print("epoch-to-store latency: <= Campaign.poll_s (2 s by default) + one cycle")
         store.close()
 

@@ -171,15 +171,19 @@ class LiveChannel:
 
     def _record(self, items: list[tuple[int, EpochReport]]) -> None:
         many: Callable[..., Any] | None = getattr(self.store, "record_epochs", None)
-        results: list[Any]
-        if many is not None:
-            results = many(items)
-        else:
-            results = []
+        results: list[Any] = []
+        try:
+            if many is not None:
+                results = many(items)
+        except Exception as exc:  # one bad report must not lose the others: one at a time
+            log.warning("%d reports not stored together (%s): storing them one by one",
+                        len(items), exc)
+            many = None
+        if many is None:
             for tid, report in items:
                 try:
                     results.append(self.store.record_epoch(tid, report))
-                except GridmlError as exc:
+                except Exception as exc:  # (a report the store refuses is logged, not fatal)
                     results.append(exc)
         for (tid, report), result in zip(items, results):
             if isinstance(result, ConflictError):
@@ -225,6 +229,7 @@ class LiveChannel:
         rule = self.search["early_stopping"]
         if grown:
             self._refresh_curves()
+        ordered: dict[int, list[float]] | None = None  # the curves as lists, built once
         for trial in trials:
             if trial.id in self.decided and trial.id not in grown:
                 continue
@@ -234,9 +239,10 @@ class LiveChannel:
                 continue
             stop, reason = False, "no epoch yet"
             if epoch:
-                others = [[c[e] for e in sorted(c)] for tid, c in self.curves.items()
-                          if tid != trial.id]
-                stop, reason = decide(rule, [mine[e] for e in sorted(mine)], others,
+                if ordered is None:
+                    ordered = {tid: [c[e] for e in sorted(c)] for tid, c in self.curves.items()}
+                others = [c for tid, c in ordered.items() if tid != trial.id]
+                stop, reason = decide(rule, ordered[trial.id], others,
                                       self.search.get("direction", "minimize"),
                                       metric=self.search.get("objective", "objective"))
             try:
