@@ -62,6 +62,14 @@ def build_model(hparams, input_shape):
     z = keras.layers.Concatenate()([keras.layers.Dense(8, activation="relu")(x), pooled])
     return keras.Model({"x": x, "tracks": t, "tracks_mask": m},
                        keras.layers.Dense(1, activation="sigmoid")(z))
+
+
+def metrics(y_true, y_score, weights):
+    import numpy as np
+    assert len(y_true) == len(y_score) == len(weights)
+    sig = np.asarray(y_true).reshape(-1) > 0.5
+    return {"mean_sig_score": float(np.average(np.asarray(y_score).reshape(-1)[sig],
+                                               weights=weights[sig]))}
 '''
 
 
@@ -151,12 +159,14 @@ def test_keras_two_inputs_with_weights(tmp_path: Path, data) -> None:
         tmp_path, train, val, model_file=str(model), hparams={"learning_rate": 0.01},
         data={"features": ["x", "tracks"], "collections": ["tracks"], "weights": "w"},
         training={"epochs": 2, "batch_size": 64, "metrics": ["accuracy", "auc",
-                                                             "rejection_at_50"]})
+                                                             "rejection_at_50",
+                                                             "mean_sig_score"]})
     proc = run_payload(trial)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = tmp_path / "outputs"
     last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]["metrics"]
     assert last["val_rejection_at_50"] > 2, last
+    assert 0.5 < last["val_mean_sig_score"] < 1, last  # the hook, on both ranks' scores
     roc = json.loads((out / "roc.json").read_text())
     assert roc["output"] == "probability"
     assert roc["rejection"]["rejection_at_50"] == pytest.approx(last["val_rejection_at_50"])
