@@ -46,7 +46,6 @@ from gridml.store import EpochReport, Trial
 
 log = logging.getLogger("gridml.live")
 SPOOL = "metrics.jsonl"  # in a trial's outputs/ (payloads/runtime/spool.py)
-REFRESH_CURVES_S = 60.0  # the study's curves are re-read from the store this often (HTTP posts)
 DUMP_WAIT_S = 2.0  # between the stack-dump signal and the kill
 
 
@@ -208,11 +207,13 @@ class LiveChannel:
         self._watch.pop(trial.id, None)
 
     # ---- decisions ------------------------------------------------------------------------------
-    def _refresh_curves(self) -> None:
-        now = time.monotonic()
-        if self._curves_at is not None and now - self._curves_at < REFRESH_CURVES_S:
+    def _load_curves(self) -> None:
+        """Every trial's curve from the store, once (a restarted controller); then the curves
+        grow from what each cycle ingests: every running trial's spool is read before its end is
+        handled (``Campaign.step``), so no epoch of a local or Slurm trial is missed."""
+        if self._curves_at is not None:
             return
-        self._curves_at = now
+        self._curves_at = time.monotonic()
         epochs = getattr(self.store, "study_epochs", None)
         if epochs is None:
             return
@@ -227,8 +228,7 @@ class LiveChannel:
         from gridml.search.stopping import decide  # the searchers' package (as the server's)
 
         rule = self.search["early_stopping"]
-        if grown:
-            self._refresh_curves()
+        self._load_curves()
         ordered: dict[int, list[float]] | None = None  # the curves as lists, built once
         for trial in trials:
             if trial.id in self.decided and trial.id not in grown:
