@@ -11,9 +11,7 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 data="${GRIDML_HOME:-$HOME/.gridml}/sample-data"
 if ! gridml data ls user.demo:quickstart.train >/dev/null 2>&1; then
   echo "[quickstart] making the sample data in $data"
-  python examples/make_sample_data.py --out "$data"
-  gridml data put "$data"/train_*.h5 --dataset user.demo:quickstart.train
-  gridml data put "$data"/val_*.h5 --dataset user.demo:quickstart.val
+  gridml demo-data --out "$data"   # writes and registers user.demo:quickstart.train/.val
 fi
 gridml validate examples/quickstart.yaml
 time gridml submit examples/quickstart.yaml "$@"

@@ -30,7 +30,7 @@ if [ -z "${GRIDML_WHEEL_VENV:-}" ]; then
 fi
 # The docs site: broken links and missing pages fail (mkdocs.yml).
 echo "[test] mkdocs build --strict" >&2
-mkdocs build --strict --quiet --site-dir "$(mktemp -d /tmp/gridml-site.XXXXXX)"
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$(mktemp -d /tmp/gridml-site.XXXXXX)"
 # The house stays straight: lint, types, and the layer contracts (pyproject.toml), before any test.
 echo "[test] ruff, mypy, import-linter" >&2
 ruff check gridml payloads tests benchmarks scripts examples
