@@ -29,7 +29,9 @@ TORCH_OUTPUT_FILES = ("model.pt", *OUTPUT_FILES[1:])
 # JEDI marks their dataset, the dispatcher hands their names to the pilot, which stages out the
 # ones that exist and drops the others, and the server records those as ``nooutput``, the job
 # finished. Locally and on Slurm the controller uploads every output by suffix anyway.
-OPTIONAL_OUTPUT_FILES = ("model.onnx",)
+# roc.json, roc.png and scores.png (the figures of merit, docs/payload.md) are written only by a
+# classifier trial with a validation set: a regression trial leaves them unwritten.
+OPTIONAL_OUTPUT_FILES = ("model.onnx", "roc.json", "roc.png", "scores.png")
 
 
 def output_files(framework: str) -> tuple[str, ...]:

@@ -70,25 +70,34 @@ def test_names_follow_prun_conventions() -> None:
     assert p["taskName"] == "user.jdoe.higgs.trial-0003/" and p["uniqueTaskName"] is True
     assert p["log"]["dataset"] == "user.jdoe.higgs.trial-0003.log/"
     outs = {i["dataset"] for i in output_items(p)}
-    assert "user.jdoe.higgs.trial-0003_model.keras/" in outs and len(outs) == 7
+    assert "user.jdoe.higgs.trial-0003_model.keras/" in outs and len(outs) == 10
     assert "user.jdoe.higgs.trial-0003_model.onnx/" in outs  # optional: see the next test
+    assert {f"user.jdoe.higgs.trial-0003_{n}/" for n in ("roc.json", "roc.png", "scores.png")} <= outs
     assert "user.jdoe.higgs.trial-0003_model_source.py/" in outs  # the code that built the model
     assert p["useLocalIO"] == 1  # the wrapper checks the inputs copied into the job's directory
     assert all(i["value"].startswith("user.jdoe.$JEDITASKID._${SN/P}.") for i in output_items(p))
     assert task_name("jdoe", "higgs", 3, ".a2") == "user.jdoe.higgs.trial-0003.a2/"
 
 
-def test_only_model_onnx_may_be_missing_and_rungen_is_told_so() -> None:
+def test_only_onnx_and_figures_may_be_missing_and_rungen_is_told_so() -> None:
     from gridml.planner import optional_output_files, output_files
 
     for framework in ("keras", "torch"):
         assert "model.onnx" in output_files(framework)
-        assert optional_output_files(framework) == ("model.onnx",)
+        # the figures of merit: a regression trial (or one without validation) writes none
+        assert optional_output_files(framework) == ("model.onnx", "roc.json", "roc.png",
+                                                    "scores.png")
+        assert output_files(framework)[-4:] == optional_output_files(framework)
     p = render_task_params(base_task(outputs=output_files("torch")))
     flagged = {i["value"] for i in output_items(p) if i.get("allowNoOutput")}
-    assert flagged == {"user.jdoe.$JEDITASKID._${SN/P}.model.onnx"}
+    prefix = "user.jdoe.$JEDITASKID._${SN/P}."
+    assert flagged == {prefix + n for n in ("model.onnx", "roc.json", "roc.png", "scores.png")}
+    assert {i["value"] for i in output_items(p)} - flagged == {
+        prefix + n for n in ("model.pt", "curves.png", "metrics.jsonl", "provenance.json",
+                             "result.json", "model_source.py")}
     rungen = [i["value"] for i in p["jobParameters"] if str(i["value"]).startswith("--allowNoOutput")]
-    assert rungen == ["--allowNoOutput=user.jdoe.$JEDITASKID._${SN/P}.model.onnx"]
+    assert rungen == ["--allowNoOutput=" + ",".join(
+        prefix + n for n in ("model.onnx", "roc.json", "roc.png", "scores.png"))]
     none = render_task_params(base_task(optional=()))  # nothing optional: every output required
     assert not any(i.get("allowNoOutput") for i in output_items(none))
     assert not any(str(i["value"]).startswith("--allowNoOutput") for i in none["jobParameters"])
