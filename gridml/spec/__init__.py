@@ -24,6 +24,8 @@ ADDED_SINCE_0_1: dict[tuple[str, str], Any] = {
     ("search", "warm_start"): [], ("search", "initial_points"): [], ("resources", "nodes"): 1,
     ("search", "objectives"): [], ("search", "constraints"): [],
     ("training", "stop_on_nan"): False,
+    ("data", "weights"): None, ("data", "inputs"): None,
+    ("training", "class_weights"): None, ("training", "discriminant"): None,
 }
 
 
