@@ -351,7 +351,11 @@ def bench_mlflow(target: str, args: argparse.Namespace, workdir: Path) -> dict[s
     env = dict(os.environ)
     name = target.removeprefix("mlflow-")
     if name == "postgresql":
-        backend = postgres_db(workdir)  # postgresql://... : MLflow's default driver, psycopg2
+        backend = postgres_db(workdir)
+        for prefix in ("postgresql://", "postgresql+psycopg://", "postgres://"):
+            if backend.startswith(prefix):  # psycopg2, in MLflow's venv (SQLAlchemy 2.1's
+                backend = "postgresql+psycopg2://" + backend.removeprefix(prefix)  # default:
+                break                                                          # psycopg 3)
     else:
         db = workdir / f"mlflow-{name}.db"
         backend = f"sqlite:///{db}"
@@ -411,7 +415,7 @@ def stored_mlflow(backend: str, runs: list[str]) -> dict[str, list[int]]:
 
     from gridml.store.sql.engine import normalise_url
 
-    engine = sa.create_engine(normalise_url(backend))
+    engine = sa.create_engine(normalise_url(backend.replace("+psycopg2://", "://", 1)))
     wanted = set(runs)
     stored: dict[str, list[int]] = {r: [] for r in runs}
     try:
@@ -555,6 +559,8 @@ def main() -> int:
             for target in MLFLOW_TARGETS:
                 if "mlflow" not in args.skip and target not in args.skip:
                     rows.append(bench_mlflow(target, args, workdir))
+                    print(f"{rows[-1]['target']}: {rows[-1]['rate']:.0f} reports/s, p99 "
+                          f"{rows[-1]['p99_ms']:.0f} ms", flush=True)
         finally:
             testing.stop_started_postgres()
     print(f"\n{args.trials} concurrent simulated trials, {args.seconds:.0f} s each after "
