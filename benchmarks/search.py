@@ -22,7 +22,7 @@ batches of 4, after 50 evaluations (after 25):
 | problem (minimum) | bayes before (63811a7) | bayes now | optuna-gp (Optuna's GPSampler) |
 |---|---|---|---|
 | branin (0.398) | 0.3983 (0.408) | 0.3980 (0.444) | not run (time) |
-| hart6 (-3.322) | -3.199 (-2.833) | **-3.320** (-2.644) | seeds 0-3: -3.077, -3.138, -3.213, -2.869 |
+| hart6 (-3.322) | -3.199 (-2.833) | **-3.320** (-2.644) | -3.138 (per seed -3.077, -3.138, -3.213, -2.869, -3.304) |
 | mixed cat+int (0.398) | 0.644 (2.26) | **0.519** (2.05) | not run (time) |
 
 One rebuild + ask(8) on hart6, wall median (max) of 3 / CPU median, seconds, same load:
@@ -40,8 +40,8 @@ the speed work); above 500 the code path is unchanged (one tracked pool per batc
 unloaded); the fresh pools cost ~0.1-0.25 s CPU at 200 observations. hart6 is bimodal (global
 basin -3.32 or the -3.20 local minimum): over seeds 0-9 bayes now reaches the global basin on
 3 of 10 (median of 10: -3.202), so the 5-seed median rests on 3 of 5 seeds. Optuna's
-GPSampler (qLogEI batches, torch) is ~35x bayes's CPU per ask and worse on hart6 (median of
-seeds 0-3 about -3.11): the hand-written engine stays for ``bayes``; ``optuna`` ``sampler: gp``
+GPSampler (qLogEI batches, torch) is ~35x bayes's CPU per ask and worse on hart6 (median
+-3.138): the hand-written engine stays for ``bayes``; ``optuna`` ``sampler: gp``
 stays available. tests/unit/test_search_quality.py guards the hart6 median (<= -3.30).
 """
 
