@@ -16,7 +16,8 @@ This wrapper then
 3. reports the GPUs the node gave (PanDA has no GPU count, see docs/grid.md);
 4. runs the payload's horovodrun line, its output in ``payload.log`` (which goes to the log tarball);
 5. moves the payload's outputs (model, plots, metrics.jsonl, provenance.json, result.json, and
-   model.onnx when the export worked) into the working directory, where runGen renames them and
+   model.onnx when the export worked, roc.json/roc.png/scores.png for a classifier) into the
+   working directory, where runGen renames them and
    the pilot stages them out (model.onnx is declared allowed-not-produced: a job without it still
    finishes, see docs/grid.md).
 Exit status: the payload's (for torchrun, the failing rank's code from ``payload_exit_code``, as
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 OUTPUTS = ("model.keras", "model.h5", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
-           "model_source.py", "model.onnx", "model.pt")
+           "model_source.py", "model.onnx", "model.pt", "roc.json", "roc.png", "scores.png")
 # Horovod's 30 s defaults for rank start-up and Gloo rendezvous are too short when TensorFlow
 # imports on a busy worker node (the local executor uses the same); the job's own settings win.
 HOROVOD_DEFAULTS = {"HOROVOD_START_TIMEOUT": "300", "HOROVOD_GLOO_TIMEOUT_SECONDS": "300"}

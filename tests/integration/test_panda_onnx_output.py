@@ -42,6 +42,9 @@ STAND_IN = textwrap.dedent(f"""\
                        ("metrics.jsonl", '{{"epoch": 1, "metrics": {{"val_loss": 0.5}}}}\\n'),
                        ("result.json", '{{"state": "completed"}}')):
         (out / name).write_text(text)
+    if sys.argv[3:] != ["regression"]:  # a classifier's figures of merit; a regression has none
+        for name in ("roc.json", "roc.png", "scores.png"):
+            (out / name).write_text("figure")
     written = sys.argv[2] == "onnx"
     if written:
         (out / "model.onnx").write_bytes({ONNX!r})
@@ -65,7 +68,8 @@ def spec(tmp_path: Path, gridml_home: Path) -> Path:
 
 
 def run_trial(panda: PandaDouble, tmp_path: Path, framework: str, onnx: bool, *,
-              outputs: tuple[str, ...] | None = None) -> tuple[Any, Any, Path]:
+              outputs: tuple[str, ...] | None = None,
+              regression: bool = False) -> tuple[Any, Any, Path]:
     """One grid job of a trial through the double; (the job, the executor's status, outputs/)."""
     output_dir = tmp_path / f"trial-{framework}-{onnx}" / "outputs"
     doc = {"study": "onnxgrid", "output_dir": str(output_dir), "inputs": [],
@@ -73,7 +77,7 @@ def run_trial(panda: PandaDouble, tmp_path: Path, framework: str, onnx: bool, *,
     command = " ".join([WRAPPER, "--train", "%IN", "--validation", "%IN2",
                         "--trial", pack(json.dumps(doc).encode()), "--model", pack(STAND_IN.encode()),
                         "--model-name", "stand_in.py", "--", "python", "stand_in.py", framework,
-                        "onnx" if onnx else "no-onnx"])
+                        "onnx" if onnx else "no-onnx", *(["regression"] if regression else [])])
     task = PandaTask(nickname="jtester", study="onnxgrid", trial_number=1,
                      train=["user.test:toy.train"], validation=["user.test:toy.val"], n_train=2,
                      n_validation=2, command=command,
@@ -108,8 +112,23 @@ def test_a_written_model_onnx_comes_back_and_gridml_fetch_returns_it(
     proc = gridml("fetch", "onnxgrid", "--trial", str(trial.number), "-o", str(dest))
     onnx = [p for p in dest.iterdir() if p.name.endswith(".model.onnx")]
     assert len(onnx) == 1 and onnx[0].read_bytes() == ONNX, proc.stdout
+    assert {n for n in ("roc.json", "roc.png", "scores.png")
+            if any(p.name.endswith(f".{n}") for p in dest.iterdir())} == {
+                "roc.json", "roc.png", "scores.png"}, proc.stdout  # the figures come back too
     assert any(p.name.endswith(f".{'model.pt' if framework == 'torch' else 'model.keras'}")
                for p in dest.iterdir())
+
+
+def test_a_regression_trial_without_figures_of_merit_finishes(
+        panda: PandaDouble, spec: Path, tmp_path: Path) -> None:
+    """roc.json, roc.png, scores.png are optional outputs: a regression trial writes none."""
+    job, status, _ = run_trial(panda, tmp_path, "torch", onnx=True, regression=True)
+    assert job.status == "finished" and job.exit_code == 0, job.diag
+    assert sorted(lfn.split("._", 1)[1].split(".", 1)[1] for lfn in job.no_output) == [
+        "roc.json", "roc.png", "scores.png"]
+    assert status.state == "completed", status
+    kinds = sorted(stored_kind(o) for o in status.stored_outputs or [])
+    assert kinds == sorted(set(output_files("torch")) - {"roc.json", "roc.png", "scores.png"})
 
 
 def test_a_failed_export_leaves_the_job_finished_and_the_reason_in_provenance(

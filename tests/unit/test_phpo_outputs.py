@@ -43,13 +43,26 @@ def test_the_tarball_lists_every_member_first_and_keeps_the_model_last(tmp_path:
     assert packed[-3:] == ["model_source.py", "model.pt", "model.onnx"]  # the model last
     assert packed[1:-3] == [*phpo_outputs.RECORDS]
     for framework in ("keras", "torch"):  # every model output a grid trial returns
-        assert set(output_files(framework)) == set(phpo_outputs.METRIC_FILES) | (
+        assert set(output_files(framework)) == set(phpo_outputs.METRIC_FILES) | set(
+            phpo_outputs.FIGURE_FILES) | (
             set(phpo_outputs.MODEL_FILES) - {"model.pt" if framework == "keras" else "model.keras"})
     with tarfile.open(tmp_path / "metrics.tgz") as tar:
         ev = json.load(tar.extractfile("evaluation.json"))  # type: ignore[arg-type]
     assert ev["loss"] == 0.5 and set(ev["files"]) == set(packed) - {"evaluation.json"}
     assert ev["files"]["model.pt"] == {"bytes": 256 * 64, "sha256": hashlib.sha256(
         (out / "model.pt").read_bytes()).hexdigest()}
+
+
+def test_a_classifier_s_figures_go_between_the_records_and_the_model(tmp_path: Path) -> None:
+    out, log = job(tmp_path)
+    for name in ("roc.json", "roc.png", "scores.png"):
+        (out / name).write_text(name)
+    packed = phpo_outputs.pack(tmp_path / "metrics.tgz", out, log, {"loss": 0.5})
+    assert packed[1:] == [*phpo_outputs.RECORDS, "roc.json", "roc.png", "scores.png",
+                          "model_source.py", "model.pt", "model.onnx"]
+    dest = tmp_path / "fetched"
+    phpo_outputs.unpack(tmp_path / "metrics.tgz", dest, lambda n: f"qg.trial-0001.{n}")
+    assert (dest / "qg.trial-0001.roc.json").read_text() == "roc.json"
 
 
 def test_the_controller_reads_the_records_not_the_model(tmp_path: Path) -> None:

@@ -42,6 +42,8 @@ METRIC_FILES = ("metrics.jsonl", "curves.png", "provenance.json", "result.json")
 # The trial's model outputs, both frameworks (whichever the job wrote): what a grid trial
 # declares beyond the metric files (planner.output_files), the source first, the ONNX export last.
 MODEL_FILES = ("model_source.py", "model.keras", "model.pt", "model.onnx")
+# A classifier's figures of merit (none for a regression): small, packed before the models.
+FIGURE_FILES = ("roc.json", "roc.png", "scores.png")
 RECORDS = (*METRIC_FILES, LOG)  # what the controller reads; packed before the models
 
 
@@ -60,7 +62,7 @@ def pack(path: Path, outputs: Path, log: Path | None, evaluation: dict[str, Any]
     members: list[tuple[str, Path]] = [(n, outputs / n) for n in METRIC_FILES]
     if log is not None:
         members.append((LOG, log))
-    members += [(n, outputs / n) for n in MODEL_FILES]
+    members += [(n, outputs / n) for n in (*FIGURE_FILES, *MODEL_FILES)]
     members = [(n, p) for n, p in members if p.is_file()]
     packed = []
     with tarfile.open(path, "w:gz") as tar:
