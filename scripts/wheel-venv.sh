@@ -5,12 +5,12 @@
 #
 # The venv lives outside the clone, under $GRIDML_ENV_ROOT (default ~/.cache/gridml/envs), named
 # by a hash of the wheel's dependency list (its METADATA Requires-Dist), the Python and this
-# recipe: reruns with the same dependencies only reinstall the wheel itself (seconds); a changed
-# dependency resolves a new venv (minutes). Exit 3: no package index reachable (nothing to
+# recipe: a changed dependency resolves a new venv (minutes); reruns with the same dependencies
+# install only the wheel, into a small venv of the run's own layered over it (seconds). Exit 3: no package index reachable (nothing to
 # resolve from).
 # Usage: scripts/wheel-venv.sh [PYTHON]       # default python3.11 (or $GRIDML_WHEEL_PYTHON)
 set -euo pipefail
-RECIPE=1
+RECIPE=1   # bump when the steps below change
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${1:-${GRIDML_WHEEL_PYTHON:-$(command -v python3.11 || command -v python3)}}"
 root="${GRIDML_ENV_ROOT:-$HOME/.cache/gridml/envs}"
@@ -50,9 +50,18 @@ if [ ! -f "$venv/.complete" ]; then
     cat "$work/install.log" >&2; rm -rf "$venv"; exit 1
   fi
   touch "$venv/.complete"
-else  # the same dependency list was resolved before: only the wheel changes
-  "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$whl" >&2
+  log "resolved and installed in $(( $(date +%s) - t0 )) s"
 fi
-mkdir -p "$venv/.wheel" && rm -f "$venv"/.wheel/*.whl && cp "$whl" "$venv/.wheel/"
-log "installed into $venv in $(( $(date +%s) - t0 )) s"
-echo "$venv"
+flock -u 9
+# This run's own venv: this wheel only, over the resolved dependencies (a .pth line after its own
+# site-packages), so that runs from other clones or at the same time never swap gridml under it.
+runs="$root/wheel-runs"; mkdir -p "$runs"
+find "$runs" -mindepth 1 -maxdepth 1 -mmin +720 -exec rm -rf {} + 2>/dev/null || true
+run="$(mktemp -d "$runs/run.XXXXXX")"
+"$PY" -m venv --without-pip "$run"
+site() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+"$venv/bin/python" -m pip --python "$run/bin/python" install -q --no-deps --ignore-installed "$whl" >&2
+site "$venv/bin/python" > "$(site "$run/bin/python")/zz-gridml-wheel-deps.pth"   # after: pip must not see the old gridml
+mkdir -p "$run/.wheel" && cp "$whl" "$run/.wheel/"
+log "installed $(basename "$whl") into $run (over $venv) in $(( $(date +%s) - t0 )) s"
+echo "$run"
