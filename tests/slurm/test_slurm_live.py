@@ -1,6 +1,7 @@
 """The live channel on the real Slurm cluster (the nodes are network namespaces sharing only the
 folders with the controller; the embedded server on loopback, so the ranks have no API): a
-running job's epochs are in `gridml status` before the job ends, with its progress.json."""
+running job's epochs are in `gridml status` before the job ends, with its progress.json; the
+median rule prunes a trial that never learns after epoch 1, as over HTTP, through decision.json."""
 
 from __future__ import annotations
 
@@ -72,3 +73,52 @@ def test_epochs_are_seen_while_the_slurm_job_runs(tmp_path: Path, gridml_home: P
     progress = json.loads((gridml_home / "runs" / "slurm-live" / "trial-0000" /
                            "progress.json").read_text())
     assert progress["epoch"] == 4 and progress["batches"] == progress["batch"], progress
+
+
+MODES_MODEL = '''
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self, n, mode):
+        super().__init__()
+        self.lin = nn.Linear(n, 1)
+        self.mode = mode
+
+    def forward(self, x):
+        if self.mode == "never":
+            return self.lin(x) * 0.0 + 20.0  # always "signal": it never learns
+        return self.lin(x)
+
+
+def build_model(hparams, input_shape):
+    return Model(int(input_shape[0]), hparams["mode"])
+'''
+
+
+def test_the_median_rule_prunes_a_slurm_trial_through_its_folder(
+        tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster) -> None:
+    data = make_registered_sample_data(tmp_path, n_train=600, n_val=200, files=1)
+    (tmp_path / "modes.py").write_text(MODES_MODEL)
+    spec = write_spec(
+        tmp_path / "spec.yaml", "slurm-prune", *data,
+        payload=f"payload: {{framework: torch, model: {tmp_path / 'modes.py'}}}\n",
+        search=("search:\n  algorithm: grid\n  objective: val_loss\n  max_trials: 2\n"
+                "  parallel: 1\n  early_stopping: {rule: median, min_epochs: 1, min_trials: 1}\n"
+                "  space:\n    mode: {type: categorical, choices: [learn, never]}\n"),
+        training="training: {epochs: 3, batch_size: 64, workers: 1, metrics: [accuracy]}\n",
+        resources="resources: {nodes: 1, cores: 1, memory_gb: 1, walltime: 20m}\n",
+        backend="backend: {executor: slurm, data: local, server: embedded, retries: 0}\n",
+        slurm=f"slurm: {{partition: {slurm_env.partition}}}\n")
+    proc = start_gridml("submit", str(spec), "--quiet")
+    out, err = proc.communicate(timeout=900)
+    trials = gridml_json("status", "slurm-prune")["trials"]
+    by_mode = {t["hparams"]["mode"]: t for t in trials}
+    assert by_mode["learn"]["state"] == "completed", err[-3000:]
+    # the node had no API: the decision came through decision.json, after epoch 1 as over HTTP
+    never = by_mode["never"]
+    assert never["state"] == "pruned" and never["epochs_done"] == 1, (never, err[-3000:])
+    trial_dir = gridml_home / "runs" / "slurm-prune" / f"trial-{never['number']:04d}"
+    assert json.loads((trial_dir / "decision.json").read_text())["stop"] is True
+    result = json.loads((trial_dir / "outputs" / "result.json").read_text())
+    assert result["state"] == "pruned" and "worse than median" in result["reason"]
