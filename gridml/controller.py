@@ -279,7 +279,7 @@ class Campaign:
         elif status.state in ("submitted", "running") and status.state != trial.state:
             self.store.update_trial(trial.id, state=status.state)  # e.g. queued at PanDA
         elif status.state == "running" and not self._remote and (stall := self.live.stalled(trial)):
-            self.live.stop_stalled(self._executor, handle)  # stacks dumped to the log, then killed
+            self.live.stop_stalled(self._executor, handle, trial)  # stacks to the log, then killed
             tail = self._executor.poll(handle).log_tail
             if self.live.first_stall(trial):  # retried once (a free attempt), whatever retries
                 self._add_free_attempt(trial)

@@ -46,7 +46,7 @@ from gridml.store import EpochReport, Trial
 
 log = logging.getLogger("gridml.live")
 SPOOL = "metrics.jsonl"  # in a trial's outputs/ (payloads/runtime/spool.py)
-DUMP_WAIT_S = 2.0  # between the stack-dump signal and the kill
+DUMP_WAIT_S = 4.0  # between the stack-dump request and the kill (the watchers poll each 1 s)
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
@@ -284,15 +284,23 @@ class LiveChannel:
             return None  # not started yet, or moving
         return f"stalled: no batch for {int(now - w.since)} s"
 
-    def stop_stalled(self, executor: Any, handle: str) -> None:
-        """Every rank's stack into the log (the executor's ``dump``: SIGUSR2), then the kill."""
-        dump = getattr(executor, "dump", None)
-        if dump is not None:
+    def stop_stalled(self, executor: Any, handle: str, trial: Trial | None = None) -> None:
+        """Every rank's stack into the log, then the kill: ``dump.request`` in the trial's folder
+        (each rank's watcher thread dumps, payloads/runtime/channel.py) and the executor's
+        ``dump`` (SIGUSR2 to the ranks, for a rank whose threads cannot run)."""
+        if trial is not None:
             try:
+                write_json(self.paths.trial(trial.number) / "dump.request",
+                           {"time": time.time(), "attempt": trial.attempts})
+            except OSError as exc:
+                log.warning("trial %d: no dump request: %s", trial.number, exc)
+        dump = getattr(executor, "dump", None)
+        try:
+            if dump is not None:
                 dump(handle)
-                time.sleep(DUMP_WAIT_S)
-            except GridmlError as exc:
-                log.warning("%s: no stack dump: %s", handle, exc)
+        except GridmlError as exc:
+            log.warning("%s: no stack dump signal: %s", handle, exc)
+        time.sleep(DUMP_WAIT_S)
         executor.kill(handle)
 
     def first_stall(self, trial: Trial) -> bool:

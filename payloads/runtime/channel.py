@@ -29,6 +29,7 @@ from typing import Any
 
 PROGRESS = "progress.json"
 DECISION = "decision.json"
+DUMP = "dump.request"  # the controller asks every rank for its stacks (a stalled trial)
 PROGRESS_EVERY_S = 2.0  # rank 0 rewrites progress.json at most this often (and at epoch ends)
 # how long a payload without an API waits at an epoch end for the controller's decision on that
 # epoch, once the controller has shown it answers this trial (a decision.json exists): the
@@ -114,3 +115,28 @@ def write_decision(trial_dir: Path, epoch: int, stop: bool, reason: str) -> None
     content; this one serves the payload's tests and tools)."""
     write_json(Path(trial_dir) / DECISION, {"epoch": epoch, "stop": stop, "reason": reason,
                                             "time": time.time()})
+
+
+def watch_dump_requests(trial_dir: Path, every_s: float = 1.0) -> None:
+    """A daemon thread: when the controller writes a new ``dump.request`` into the trial's
+    folder, every thread's stack goes to stderr (the log). This works where a signal cannot
+    reach the ranks alone (on Slurm ``scancel --signal`` also ends the launchers first); a rank
+    stuck in C code holding the GIL is left to the SIGUSR2 dump (entry.py)."""
+    import faulthandler
+    import sys
+    import threading
+
+    path = Path(trial_dir) / DUMP
+
+    def loop() -> None:
+        seen = read_json(path)
+        while True:
+            time.sleep(every_s)
+            got = read_json(path)
+            if got is not None and got != seen:
+                seen = got
+                print(f"gridml: stacks of pid {os.getpid()} (dump requested: stalled)",
+                      file=sys.stderr, flush=True)
+                faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+
+    threading.Thread(target=loop, name="gridml-dump-watch", daemon=True).start()

@@ -11,7 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from payloads.runtime import threads
+from payloads.runtime import channel, threads
 from payloads.runtime.errors import PayloadFailure
 from payloads.runtime.trial import TrialDoc, load_trial
 
@@ -31,6 +31,7 @@ def run_payload(argv: list[str], *, usage: str, rank: int, framework: str,
         faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True)
     try:
         cfg = load_trial(argv[0])
+        channel.watch_dump_requests(cfg.output_dir.parent)  # a stalled trial's stacks (live.py)
         if cfg.training.framework != framework:
             raise PayloadFailure(f"{cfg.path}: training.framework is {cfg.training.framework!r}; "
                                  f"this is the {framework} payload "

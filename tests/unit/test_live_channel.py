@@ -132,3 +132,17 @@ def test_the_payload_and_the_controller_name_the_same_files(world: dict) -> None
     paths = world["paths"]
     assert paths.progress(3).name == channel.PROGRESS
     assert paths.decision(3).name == channel.DECISION
+
+
+def test_a_dump_request_makes_the_payload_write_its_stacks(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import time\nfrom payloads.runtime import channel\n"
+            f"channel.watch_dump_requests({str(tmp_path)!r}, every_s=0.1)\n"
+            "def stuck_in_forward():\n    time.sleep(3)\nstuck_in_forward()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    (tmp_path / channel.DUMP).write_text(json.dumps({"time": 1}))
+    _, err = proc.communicate(timeout=30)
+    assert "dump requested: stalled" in err and "in stuck_in_forward" in err, err
