@@ -29,22 +29,30 @@ def build(path: Path, hparams: dict[str, Any], input_shape: Any) -> Any:
     return model
 
 
-def adapt_normalization(model: Any, samples: list[Any]) -> int:
+def adapt_normalization(model: Any, samples: list[Any], names: list[str] | None = None) -> int:
     """Adapt every not-yet-adapted Normalization layer fed directly by a model input.
 
     ``samples[i]`` holds rows of the data for ``model.inputs[i]`` (None: a ragged input,
-    skipped). They are the first rows of the training files, the same on every rank, so all
+    skipped), or, with ``names``, for the input named ``names[i]``: a model built on a dict of
+    ``keras.Input``s lists them in ``model.inputs`` sorted by name, not in the data's order.
+    They are the first rows of the training files, the same on every rank, so all
     ranks get identical statistics without communicating. Returns how many were adapted.
     """
     from tensorflow import keras
 
+    by_name = dict(zip(names or [], samples))
     n = 0
     for layer in model.layers:
         if not isinstance(layer, keras.layers.Normalization) or layer.is_adapted:
             continue
         fed_by = [i for i, t in enumerate(model.inputs) if t is layer.input]
-        if fed_by and fed_by[0] < len(samples) and samples[fed_by[0]] is not None:
-            layer.adapt(np.asarray(samples[fed_by[0]], dtype=np.float32), batch_size=4096)
+        if not fed_by:
+            continue
+        name = str(getattr(model.inputs[fed_by[0]], "name", "")).split(":")[0]
+        rows = (by_name[name] if name in by_name
+                else samples[fed_by[0]] if fed_by[0] < len(samples) else None)
+        if rows is not None:
+            layer.adapt(np.asarray(rows, dtype=np.float32), batch_size=4096)
             n += 1
     return n
 

@@ -177,7 +177,7 @@ def build_model(cfg: TrialDoc, data: Data, hvd: Any, metrics: list[str] | None =
     feats, t = list(data.train.features), cfg.training
     m = user_model.build(cfg.model_file, cfg.hparams, _input_shape(data.train, feats))
     head = data.train.src.head(t.options.adapt_samples)
-    if user_model.adapt_normalization(m, [head.get(f) for f in feats]):
+    if user_model.adapt_normalization(m, [head.get(f) for f in feats], feats):
         log.info("adapted normalisation on the first %d training rows",
                  len(head[data.train.labels]))
     lr = user_model.scaled_lr(cfg.learning_rate, hvd.size(), t.options.lr_scaling)
