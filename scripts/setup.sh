@@ -43,15 +43,17 @@ flock 9   # one build per key at a time; a second setup waits and then reuses it
 if [ ! -f "$env/.complete" ]; then build; else log "reusing environment $env"; fi
 ln -sfn "$env" .venv
 # Light packages: every requirements/*.txt but the two above, torch.txt and numpy2.txt (below):
-# extras, bench, checks, ... layered on top and re-applied (incrementally, by pip) whenever one
+# extras, checks, ... layered on top and re-applied (incrementally, by pip) whenever one
 # of them changes.
-light=$(ls requirements/*.txt | grep -v -e '/base.txt$' -e '/horovod.txt$' -e '/torch.txt$' \
+# (bench.txt is not a layer: benchmarks/metrics_api.py installs MLflow into a venv of its own,
+# whose pins, protobuf 6+ among them, would break TensorFlow 2.15 here.)
+light=$(ls requirements/*.txt | grep -v -e '/base.txt$' -e '/horovod.txt$' -e '/torch.txt$' -e '/bench.txt$' \
   -e '/numpy2.txt$')
 extras_key="$(cat $light | sha256sum | cut -c1-16)"
 if [ ! -f "$env/.extras-$extras_key" ]; then
   log "installing $(echo $light | tr '\n' ' ')"
   "$env/bin/python" -m pip install -q $(printf -- '-r %s ' $light) \
-    -c <(grep -E '^(numpy|tensorflow-cpu|h5py)' requirements/base.txt)
+    -c <(grep -E '^(numpy|tensorflow-cpu|h5py)' requirements/base.txt; grep -E '^(protobuf|ml-dtypes)' requirements/torch.txt)
   rm -f "$env"/.extras-*; touch "$env/.extras-$extras_key"
 fi
 # PyTorch payload and ONNX (requirements/torch.txt): the same kind of light layer, re-applied when
