@@ -36,6 +36,20 @@ def test_normalization_adapted_from_the_sample() -> None:
     assert user_model.adapt_normalization(m, [x]) == 0  # already adapted: left alone
 
 
+def test_a_dict_input_model_s_normalization_gets_its_own_input_by_name() -> None:
+    """keras.Model({"x": ..., "tracks": ...}) lists model.inputs sorted by name (tracks, x):
+    the data's order (x, tracks) must not hand x's Normalization the tracks' rows."""
+    keras = tf.keras
+    x_in, t_in = keras.Input((3,), name="x"), keras.Input((6,), name="tracks")
+    z = keras.layers.Concatenate()([keras.layers.Normalization(name="nx")(x_in), t_in])
+    m = keras.Model({"x": x_in, "tracks": t_in}, keras.layers.Dense(1)(z))
+    assert [t.name.split(":")[0] for t in m.inputs] == ["tracks", "x"]
+    rng = np.random.default_rng(0)
+    x = rng.normal([100.0, 0.0, -5.0], [30.0, 1.0, 0.1], (2000, 3))
+    assert user_model.adapt_normalization(m, [x, rng.normal(size=(2000, 6))], ["x", "tracks"]) == 1
+    np.testing.assert_allclose(m.get_layer("nx").mean.numpy().ravel(), x.mean(0), rtol=1e-3)
+
+
 def test_optimizer_learning_rate_and_metrics() -> None:
     opt = user_model.optimizer("sgd", user_model.scaled_lr(0.01, 4, "linear"))
     assert float(opt.learning_rate) == pytest.approx(0.04)
