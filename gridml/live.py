@@ -294,13 +294,14 @@ class LiveChannel:
                            {"time": time.time(), "attempt": trial.attempts})
             except OSError as exc:
                 log.warning("trial %d: no dump request: %s", trial.number, exc)
+        time.sleep(DUMP_WAIT_S)  # first the watchers (on Slurm the signal ends the launchers)
         dump = getattr(executor, "dump", None)
         try:
             if dump is not None:
                 dump(handle)
+                time.sleep(1.0)
         except GridmlError as exc:
             log.warning("%s: no stack dump signal: %s", handle, exc)
-        time.sleep(DUMP_WAIT_S)
         executor.kill(handle)
 
     def first_stall(self, trial: Trial) -> bool:

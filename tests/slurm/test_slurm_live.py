@@ -1,7 +1,8 @@
 """The live channel on the real Slurm cluster (the nodes are network namespaces sharing only the
 folders with the controller; the embedded server on loopback, so the ranks have no API): a
 running job's epochs are in `gridml status` before the job ends, with its progress.json; the
-median rule prunes a trial that never learns after epoch 1, as over HTTP, through decision.json."""
+median rule prunes a trial that never learns after epoch 1, as over HTTP, through decision.json;
+a job hung in ``forward`` is caught by its progress, its stacks dumped, cancelled, retried once."""
 
 from __future__ import annotations
 
@@ -122,3 +123,49 @@ def test_the_median_rule_prunes_a_slurm_trial_through_its_folder(
     assert json.loads((trial_dir / "decision.json").read_text())["stop"] is True
     result = json.loads((trial_dir / "outputs" / "result.json").read_text())
     assert result["state"] == "pruned" and "worse than median" in result["reason"]
+
+
+HANG_MODEL = '''
+import time
+from torch import nn
+
+
+class Hang(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, 1)
+        self.calls = 0
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+            if self.calls > 11:  # 10 batches an epoch: hangs in epoch 2
+                time.sleep(3600)
+        return self.lin(x)
+
+
+def build_model(hparams, input_shape):
+    return Hang(int(input_shape[0]))
+'''
+
+
+def test_a_slurm_trial_hung_in_forward_is_dumped_cancelled_and_failed_stalled(
+        tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster) -> None:
+    data = make_registered_sample_data(tmp_path, n_train=600, n_val=200, files=1)
+    (tmp_path / "hang.py").write_text(HANG_MODEL)
+    spec = write_spec(
+        tmp_path / "spec.yaml", "slurm-stall", *data,
+        payload=f"payload: {{framework: torch, model: {tmp_path / 'hang.py'}}}\n",
+        search=search(1, 1),
+        training="training: {epochs: 3, batch_size: 64, workers: 1, metrics: [accuracy]}\n",
+        resources="resources: {nodes: 1, cores: 1, memory_gb: 1, walltime: 20m}\n",
+        backend=("backend: {executor: slurm, data: local, server: embedded, retries: 0, "
+                 "stall_timeout: 5s}\n"),
+        slurm=f"slurm: {{partition: {slurm_env.partition}}}\n")
+    proc = start_gridml("submit", str(spec), "--quiet")
+    out, err = proc.communicate(timeout=900)
+    (trial,) = gridml_json("status", "slurm-stall")["trials"]
+    assert trial["state"] == "failed" and trial["attempts"] == 2, (trial, err[-3000:])
+    assert trial["error"].startswith("stalled: no batch for "), trial["error"]
+    log = trial_logs("slurm-stall", 0)
+    assert "most recent call first" in log and "in forward" in log, log[-3000:]
