@@ -16,7 +16,7 @@ modification times compared across hosts):
 
 Imports nothing of gridml (the payload runs without it); the controller imports the names and
 the writers from here would create a dependency the wrong way, so gridml/live.py spells the same
-file names (checked by tests/unit/test_live_channel.py).
+file names (checked by tests/unit/test_live_files.py).
 """
 
 from __future__ import annotations
