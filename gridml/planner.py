@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gridml import __version__
-from gridml.spec import LoadedSpec, parse_walltime
+from gridml.spec import LoadedSpec, Spec, parse_walltime
 from gridml.store import Study, Trial
 from payloads.runtime import trial as contract
 
@@ -70,6 +70,9 @@ class TaskRequest:
     env: dict[str, str] = field(default_factory=dict)
     site: dict[str, Any] = field(default_factory=dict)  # the executor's own spec section
     python: str | None = None  # payload.python: the payload's interpreter (gridml.payload_env)
+    # the campaign's spec, typed: what a backend needs of it beyond the fields above (PanDA:
+    # payload.files; phpo: the search section). Provenance is written, never read back.
+    spec: Spec | None = None
 
     @property
     def trial_file(self) -> Path:
@@ -144,7 +147,7 @@ def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train
         container=spec.resources.container, vram_gb=spec.resources.vram_gb,
         launcher=spec.training.horovod, train_dids=tuple(spec.data.dids("train")),
         validation_dids=tuple(spec.data.dids("validation")),
-        output_dataset=loaded.output_dataset, python=spec.payload.python,
+        output_dataset=loaded.output_dataset, python=spec.payload.python, spec=spec,
         site=section.model_dump(mode="json") if section is not None else {})
 
 

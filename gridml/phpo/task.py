@@ -34,6 +34,7 @@ from gridml.executors.panda import client as pc
 from gridml.executors.panda.render import architecture, task_name
 from gridml.executors.panda.request import grid_trial_document, trial_sandbox
 from gridml.layout import SANDBOX
+from gridml.specmodel.model import Search
 
 TEMPLATE = "gridml_trial.json"
 METRICS = "metrics.tgz"
@@ -55,20 +56,26 @@ def evaluate_exec() -> str:
             f"--evaluationMetrics {METRICS}")
 
 
+def _search(req: TaskRequest) -> Search:
+    """The study's search section (typed, with the spec model's defaults)."""
+    if req.spec is None:
+        raise ExecutorError(f"study {req.study}: the phpo task needs the campaign's spec",
+                            hint="plan the request with gridml.planner.plan")
+    return req.spec.search
+
+
 def phpo_args(req: TaskRequest, out_ds: str, space_file: Path) -> list[str]:
     """phpo's command line for the study (what a phpo user would type)."""
-    spec = req.trial.provenance.get("spec") or {}
-    search = spec.get("search") or {}
+    search = _search(req)
     image = req.container or DEFAULT_IMAGE
-    parallel = int(search.get("parallel", 1))
+    parallel = search.parallel
     args = ["--outDS", out_ds,
             "--steeringContainer", image,
-            "--steeringExec", steer_exec(str(search.get("algorithm", "bayes")),
-                                         int(search.get("seed", 0)), dict(search.get("options") or {})),
+            "--steeringExec", steer_exec(search.algorithm, search.seed, dict(search.options)),
             "--evaluationContainer", image, "--evaluationExec", evaluate_exec(),
             "--evaluationInput", "input.json", "--evaluationTrainingData", "input_ds.json",
             "--evaluationOutput", "output.json", "--evaluationMetrics", METRICS,
-            "--maxPoints", str(int(search.get("max_trials", 10))),
+            "--maxPoints", str(search.max_trials),
             "--nParallelEvaluation", str(parallel), "--nPointsPerIteration", str(parallel),
             "--trainingDS", ",".join(req.input_dids), "--searchSpaceFile", str(space_file)]
     if req.gpus:
@@ -105,8 +112,7 @@ def render_phpo(req: TaskRequest, nickname: str, *,
     template.update(hparams={}, trial_id=0, trial_number=0, api=None)
     sandbox = trial_sandbox(req, {TEMPLATE: json.dumps(template, indent=2, sort_keys=True).encode()})
     name = upload(sandbox.write(req.workdir / SANDBOX)) if upload else sandbox.name
-    space = {name: {k: v for k, v in dim.items() if v is not None} for name, dim in
-             ((req.trial.provenance.get("spec") or {}).get("search", {}).get("space") or {}).items()}
+    space = _search(req).space_dict()
     out_ds = task_name(nickname, req.study, 0).replace(".trial-0000/", ".phpo/")
     with tempfile.TemporaryDirectory(prefix="gridml-phpo-") as tmp:
         space_file = Path(tmp) / "space.json"

@@ -89,8 +89,8 @@ def task_from_request(req: TaskRequest, nickname: str, *, source_url: str | None
 
 
 def payload_files(req: TaskRequest) -> list[str] | None:
-    """The spec's ``payload.files`` (from the trial's provenance: the resolved spec)."""
-    files = ((req.trial.provenance.get("spec") or {}).get("payload") or {}).get("files")
+    """The spec's ``payload.files`` (None: the model's folder travels)."""
+    files = req.spec.payload.files if req.spec is not None else None
     return list(files) if files else None
 
 
