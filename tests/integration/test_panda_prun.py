@@ -98,5 +98,8 @@ def test_model_onnx_may_be_missing_as_with_prun_allow_no_output(both: tuple[dict
     ours, prun = both
     for params in (ours, prun):
         flagged = [p["value"] for p in params["jobParameters"] if p.get("allowNoOutput")]
-        assert flagged == ["user.dummy.$JEDITASKID._${SN/P}.model.onnx"], flagged
-        assert {"type": "constant", "value": f"--allowNoOutput={flagged[0]}"} in params["jobParameters"]
+        # model.onnx, and a classifier's figures of merit (roc.json, roc.png, scores.png)
+        assert flagged == [f"user.dummy.$JEDITASKID._${{SN/P}}.{n}" for n in OPTIONAL_OUTPUT_FILES]
+        assert len(flagged) == 4, flagged
+        assert {"type": "constant",
+                "value": f"--allowNoOutput={','.join(flagged)}"} in params["jobParameters"]
