@@ -231,6 +231,8 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
            trial: int | None = typer.Option(None, "--trial", help="one trial's epochs and profile"),
            as_json: bool = typer.Option(False, "--json", help="stable JSON (see README)")) -> None:
     """Trials of a study: state, hyperparameters, epochs, objective, time per epoch."""
+    from gridml.live import describe_progress
+
     if study is None:
         return _list_studies(as_json)
     doc = _study_doc(study)
@@ -253,8 +255,10 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
         tpe = "-" if t["time_per_epoch"] is None else f"{t['time_per_epoch']:.2f}"
         wait = "-" if t["input_wait_frac"] is None else f"{100 * t['input_wait_frac']:.0f}%" + (
             " input-bound" if t["input_bound"] else "")
+        at = describe_progress(t.get("progress"))  # a running trial: "epoch 3, batch 120/266"
         table.add_row(str(t["number"]), t["state"], *([jobs.get(t["number"], "-")] if jobs else []),
-                      str(t["epochs_done"]), obj, tpe, wait, _hparams(t["hparams"]))
+                      str(t["epochs_done"]) + (f" ({at})" if at else ""), obj, tpe, wait,
+                      _hparams(t["hparams"]))
     out.print(table)
     for t in doc["trials"]:
         if t["state"] in ("failed", "diverged") and t["error"]:

@@ -11,7 +11,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from gridml.store import EpochReport, StoreReader, Study, Trial, best_trial
+from gridml.layout import RunsLayout
+from gridml.live import progress_of
+from gridml.store import ACTIVE_STATES, EpochReport, StoreReader, Study, Trial, best_trial
 from gridml.store.best import feasible, pareto_front, values_of
 from gridml.store.spec import Search, spec_of
 
@@ -58,6 +60,9 @@ def _importance(search: Search, trials: list[Trial]) -> dict[str, float]:
 def study_document(store: StoreReader, study: Study, runs_dir: Path) -> dict[str, Any]:
     trials = store.list_trials(study.id)
     summaries = [trial_summary(t, store.list_epochs(t.id)) for t in trials]
+    paths = RunsLayout(runs_dir).study(study.name)
+    for t, s in zip(trials, summaries):  # where a running trial is (its progress.json)
+        s["progress"] = progress_of(paths.trial(t.number)) if t.state in ACTIVE_STATES else None
     best = best_trial(study, trials)  # (gridml.store.best: the one rule)
     front = {t.id for t in pareto_front(study, trials)}
     plot = runs_dir / study.name / "convergence.png"
