@@ -111,7 +111,8 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
             class_weights=({str(k): float(v) for k, v in tr.class_weights.items()}
                            if isinstance(tr.class_weights, dict) else tr.class_weights),
             discriminant=(tr.discriminant.model_dump(mode="json")
-                          if tr.discriminant is not None else None)),
+                          if tr.discriminant is not None else None),
+            stop_on_nan=tr.stop_on_nan),
         data=contract.Data(features=tuple(spec.data.input_names()),
                            labels=spec.data.labels, ragged=tuple(spec.data.ragged),
                            weights=spec.data.weights,

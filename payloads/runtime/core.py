@@ -22,6 +22,7 @@ Imports neither TensorFlow nor torch: the frameworks come in as the callables th
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
@@ -251,6 +252,14 @@ class TrialCore:
             self.report(build_report(epoch, logs, prof, extra(), self.costs))
             if self.progress is not None:
                 self.progress.epoch_end()
+        if self.cfg.training.stop_on_nan and epoch < self.cfg.training.epochs:
+            bad = sorted(k for k, v in logs.items() if not _finite(v)) if self.rank == 0 else []
+            stop, reason = self.broadcast(  # rank 0 decides, every rank stops together
+                (bool(bad), f"stop_on_nan: {', '.join(bad)} not finite after epoch {epoch}"))
+            if stop:
+                self.stop_reason = str(reason)
+                log.info("stopping after epoch %d: %s", epoch, self.stop_reason)
+                return False
         return not self.should_stop(epoch)
 
     def report(self, report: EpochReport) -> None:
@@ -308,10 +317,20 @@ class TrialCore:
         outputs.write_json(out / "provenance.json",
                            outputs.provenance(cfg, final, used, versions=versions))
         state = "pruned" if pruned else "completed"
+        if (self.stop_reason or "").startswith("stop_on_nan:"):
+            state = "diverged"  # (training.stop_on_nan) the controller records it so
         outputs.write_json(out / "result.json", {
             "state": state, "objective_metrics": final, "epochs": epochs_done,
             "reason": self.stop_reason})
         log.info("trial finished (%s) after %d epochs: %s", state, epochs_done, out)
+
+
+def _finite(value: Any) -> bool:
+    """False for a NaN or infinite number; anything that is not a number counts as finite."""
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return True
 
 
 def run_guarded(data: Data, body: Callable[[], int], *close: Callable[[], Any]) -> int:

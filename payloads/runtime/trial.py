@@ -71,6 +71,9 @@ class Training:
     class_weights: str | dict[str, float] | None = None
     # {signal: s, background: [...], fractions: {i: f}} of a multi-class model (figures.py)
     discriminant: dict[str, Any] | None = None
+    # stop at the first epoch whose loss or a metric is not finite (training.stop_on_nan): the
+    # trial ends there, its last epoch NaN, and the controller marks it diverged
+    stop_on_nan: bool = False
 
 
 @dataclass(frozen=True)
