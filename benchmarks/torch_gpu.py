@@ -570,9 +570,10 @@ def part_b(model_file: Path, hparams: dict[str, Any], trial: Path, a: argparse.N
                            "reader_processes": procs, "gather_threads": session.gather_threads(plan)}
     stream = torch_fit.batches(data.train, [0, 1], device)
     try:
-        out["gridml"] = timed(trainer, stream, a.warmup, steps, left(deadline, a.seconds_b),
+        pairs = ((x, y) for x, y, _w in stream)  # (features, labels, weights: None here)
+        out["gridml"] = timed(trainer, pairs, a.warmup, steps, left(deadline, a.seconds_b),
                               sampler)
-        x, y = next(stream)
+        x, y, _w = next(stream)
         one = (tuple(t.clone() for t in x), y.clone())  # slab buffers are recycled
     finally:
         stream.close()
