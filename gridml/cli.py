@@ -388,8 +388,9 @@ def fetch(study: str = typer.Argument(..., help="study name or id"),
     for t in chosen:
         if not t["outputs"]:
             raise NotFoundError(f"study {study} trial {t['number']} has no stored outputs ({t['state']})")
-    spec = _reader().get_study(study).spec
-    dm = _data_manager(backend or spec["backend"]["data"])
+    from gridml.store import spec_of
+
+    dm = _data_manager(backend or spec_of(_reader().get_study(study)).backend.data)
     output.mkdir(parents=True, exist_ok=True)
     for t in chosen:
         for o in t["outputs"]:

@@ -24,17 +24,17 @@ from gridml.layout import RunsLayout
 from gridml.server.embedded import EmbeddedServer
 from gridml.settings import settings
 from gridml.spec import LoadedSpec
-from gridml.store import CampaignStore, MetricsStore, StoreReader, Study, Trial, best_trial
+from gridml.store import CampaignStore, MetricsStore, StoreReader, Study, Trial, best_trial, spec_of
 from gridml.store.sql import open_sql_store
 
 console = Console(stderr=True)
 
 
 def progress_table(study: Study, trials: list[Trial]) -> Table:
-    spec = study.spec["search"]
-    table = Table(title=f"study {study.name}: {len(trials)}/{spec['max_trials']} trials, "
-                        f"{spec['objective']} ({spec['direction']})")
-    for col in ("trial", "state", "epochs", spec["objective"], "hyperparameters"):
+    search = spec_of(study).search
+    table = Table(title=f"study {study.name}: {len(trials)}/{search.max_trials} trials, "
+                        f"{search.objective} ({search.direction})")
+    for col in ("trial", "state", "epochs", search.objective, "hyperparameters"):
         table.add_column(col)
     best = best_trial(study, trials)
     for t in trials[-20:]:
