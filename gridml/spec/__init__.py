@@ -25,6 +25,7 @@ ADDED_SINCE_0_1: dict[tuple[str, str], Any] = {
     ("search", "objectives"): [], ("search", "constraints"): [],
     ("training", "stop_on_nan"): False,
     ("data", "weights"): None, ("data", "inputs"): None,
+    ("data", "test"): None,
     ("training", "class_weights"): None, ("training", "discriminant"): None,
 }
 

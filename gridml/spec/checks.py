@@ -131,7 +131,7 @@ def check_search(spec: Spec) -> list[Problem]:
 def check_dids(spec: Spec, exists: Callable[[str], bool]) -> list[Problem]:
     """Every input DID is well-formed and known to the data backend."""
     problems: list[Problem] = []
-    for which in ("train", "validation"):
+    for which in ("train", "validation", "test"):
         for i, did in enumerate(spec.data.dids(which)):
             loc: Loc = ("data", which) if isinstance(getattr(spec.data, which), str) else ("data", which, i)
             try:

@@ -94,6 +94,9 @@ class Discriminant(_Strict):
 class Data(_Strict):
     train: str | list[str] = Field(description="dataset DID(s) scope:name holding HDF5 files")
     validation: str | list[str]
+    test: str | list[str] | None = Field(
+        None, description="dataset DID(s) of the test split: every trial is evaluated on it "
+        "once after training; its figures are stored apart and never reach the searcher")
     features: str | list[str] = Field("x", description="HDF5 dataset name(s) of the inputs")
     labels: str = "y"
     ragged: list[str] = Field(default_factory=list, description="variable-length features, stored "
@@ -129,6 +132,8 @@ class Data(_Strict):
 
     def dids(self, which: str) -> list[str]:
         value = getattr(self, which)
+        if value is None:  # data.test not given
+            return []
         return [value] if isinstance(value, str) else list(value)
 
 
