@@ -27,6 +27,8 @@ ADDED_SINCE_0_1: dict[tuple[str, str], Any] = {
     ("data", "weights"): None, ("data", "inputs"): None,
     ("data", "test"): None,
     ("training", "class_weights"): None, ("training", "discriminant"): None,
+    ("slurm", "pack"): None, ("slurm", "pack_walltime"): None, ("slurm", "array"): False,
+    ("slurm", "array_throttle"): None,
 }
 
 

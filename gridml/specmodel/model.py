@@ -331,6 +331,22 @@ class Slurm(_Strict):
     options: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict, description="any other sbatch option: {exclusive: true, "
         "gpus-per-task: 1} -> --exclusive --gpus-per-task=1")
+    pack: int | None = Field(None, ge=1, le=1024, description="K trial slots per allocation: one "
+                             "sbatch holds K trials, each run as a job step (srun --exact); as a "
+                             "step ends the next trial starts in its slot (docs/hpc.md)")
+    pack_walltime: str | int | None = Field(None, description="with pack: the walltime of each "
+                                            "allocation; default 4 x resources.walltime")
+    array: bool = Field(False, description="the trials a cycle submits go as one job array (one "
+                        "sbatch), one array task per trial")
+    array_throttle: int | None = Field(None, ge=1, description="with array: at most N of its tasks "
+                                       "run at once (--array=...%N)")
+
+    @field_validator("pack_walltime")
+    @classmethod
+    def _pack_walltime(cls, v: str | int | None) -> str | int | None:
+        if v is not None:
+            parse_walltime(v)
+        return v
 
 
 class Output(_Strict):
