@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages the test suite needs (Debian): Chromium + chromedriver for the dashboard test,
-# PostgreSQL for the server/store tests, Slurm + munge + slurmdbd + MariaDB (accounting) for the Slurm executor's tests. Idempotent: installs only what is missing.
+# PostgreSQL for the server/store tests, podman + debootstrap for the payload's container image, Slurm + munge + slurmdbd + MariaDB (accounting) for the Slurm executor's tests. Idempotent: installs only what is missing.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null || need+=(chromium)
@@ -13,6 +13,10 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 [ -x /usr/sbin/slurmdbd ] || need+=(slurmdbd)
 [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 command -v ip >/dev/null || need+=(iproute2)
+# the payload's container image (scripts/payload-image.sh, tests/integration/test_container_payload.py):
+# podman runs it (crun, conmon, CNI plugins come with it), debootstrap makes its Debian base
+command -v podman >/dev/null || need+=(podman)
+[ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
   echo "[system-deps] installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from gridml.errors import ExecutorError
+from gridml.executors import container
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.logs import exit_message, tail
 from gridml.planner import local_payload_command
@@ -107,9 +108,12 @@ class LocalExecutor:
                **os.environ, **req.env, "GRIDML_TRIAL_DIR": str(req.workdir),
                "GRIDML_EXIT_FILE": str(run / "payload_exit_code")}
         env["PATH"] = f"{Path(local_payload_command(req)[0]).parent}:{env.get('PATH', '')}"
+        command = local_payload_command(req)
+        if req.container:  # resources.container: in the image (gridml/executors/container.py)
+            command = container.wrap(req, env, run)
         with open(run / "payload.log", "ab") as log:
             try:
-                proc = subprocess.Popen(["bash", "-c", _WRAPPER, "gridml-trial", *local_payload_command(req)],
+                proc = subprocess.Popen(["bash", "-c", _WRAPPER, "gridml-trial", *command],
                                         cwd=run, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
             except OSError as exc:

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Build (once) the payload's container images with podman from Debian's package archive alone:
+# no container registry is needed (docs/containers.md).
+#
+#   scripts/payload-image.sh [base]   Debian bookworm (minbase) + python3 (3.11, the project's
+#                                     Python) + python3-venv, made with debootstrap and imported
+#                                     with `podman import`: localhost/gridml-payload-base:<key>.
+#                                     It runs the payload with the project's environment mounted
+#                                     read-only (payload.python + resources.container).
+#   scripts/payload-image.sh torch    containers/Containerfile FROM that base, the payload and
+#   scripts/payload-image.sh keras    its framework installed inside from the package index
+#                                     (pip's own configuration and /opt/wheels are mounted into
+#                                     the build when present): localhost/gridml-payload:<fw>-<key>.
+#
+# Cached, keyed by a hash of the recipe: the image stays in podman's storage (reused in seconds)
+# and the base's root filesystem as a tar under $GRIDML_IMAGE_CACHE (default
+# ~/.cache/gridml/images), so a wiped podman storage re-imports it without debootstrap.
+# Prints the image's name as its last line on stdout; progress goes to stderr.
+# Exit 3: podman or debootstrap missing (scripts/system-deps.sh installs them).
+# GRIDML_DEBIAN_MIRROR: the Debian archive to bootstrap from (default: this machine's apt source).
+set -euo pipefail
+RECIPE=1   # bump when the base's build steps below change
+SUITE=bookworm
+PACKAGES=python3,python3-venv,python-is-python3,ca-certificates
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+what="${1:-base}"
+log() { printf '[payload-image] %s\n' "$*" >&2; }
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+for tool in podman debootstrap; do
+  command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || {
+    log "$tool is not installed: run scripts/system-deps.sh"; exit 3; }
+done
+PATH="$PATH:/usr/sbin"
+
+base_key="$( { echo "recipe=$RECIPE suite=$SUITE packages=$PACKAGES"; uname -m; } | sha256sum | cut -c1-12)"
+base="localhost/gridml-payload-base:$base_key"
+cache="${GRIDML_IMAGE_CACHE:-$HOME/.cache/gridml/images}"
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9   # one build at a time; a second caller waits and then reuses the image
+
+mirror() {
+  if [ -n "${GRIDML_DEBIAN_MIRROR:-}" ]; then echo "$GRIDML_DEBIAN_MIRROR"; return; fi
+  # the first "URIs:" of apt's deb822 Debian source (not the security one), if any
+  sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources \
+    2>/dev/null | grep -v security | head -n 1 || true
+}
+
+build_base() {
+  local tar="$cache/base-$base_key.tar"
+  if [ ! -s "$tar" ]; then
+    local root; root="$(mktemp -d "$cache/rootfs.XXXXXX")"
+    trap '$SUDO rm -rf "$root"' EXIT
+    log "debootstrap $SUITE (minbase + $PACKAGES) into $root (first time: minutes)"
+    local start=$SECONDS
+    $SUDO debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$root" $(mirror) >&2 \
+      || { log "debootstrap failed (is Debian's archive reachable? apt-get update works?)"; exit 1; }
+    # what an image does not need: package lists, downloaded .debs, docs and man pages
+    $SUDO rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
+      "$root"/usr/share/doc "$root"/usr/share/man "$root"/usr/share/locale
+    $SUDO tar -C "$root" --numeric-owner -cf "$tar.tmp" .
+    $SUDO chown "$(id -u):$(id -g)" "$tar.tmp"
+    mv "$tar.tmp" "$tar"
+    $SUDO rm -rf "$root"; trap - EXIT
+    log "root filesystem: $(du -h "$tar" | cut -f1) in $((SECONDS - start)) s"
+  fi
+  log "podman import $tar as $base"
+  podman import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV PYTHONUNBUFFERED=1' --change 'CMD ["python3"]' \
+    --message "gridml payload base: Debian $SUITE minbase + $PACKAGES (scripts/payload-image.sh)" \
+    "$tar" "$base" >/dev/null
+}
+
+if podman image exists "$base"; then log "reusing $base"; else build_base; fi
+if [ "$what" = base ]; then
+  echo "$base"; exit 0
+fi
+case "$what" in torch|keras) ;; *) log "usage: $0 [base|torch|keras]"; exit 2;; esac
+
+# the framework's image: the Containerfile from the base, keyed by everything it copies
+key="$( { echo "$base"; cd "$here" && find containers/Containerfile pyproject.toml README.md \
+  requirements gridml payloads -type f ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum; } \
+  | sha256sum | cut -c1-12)"
+image="localhost/gridml-payload:$what-$key"
+if podman image exists "$image"; then log "reusing $image"; echo "$image"; exit 0; fi
+mounts=()
+[ -d /opt/wheels ] && mounts+=(--volume /opt/wheels:/opt/wheels:ro)
+for conf in /etc/pip.conf /etc/xdg/pip; do [ -e "$conf" ] && mounts+=(--volume "$conf:$conf:ro"); done
+pass=()
+for name in $(compgen -e | grep '^PIP_' || true); do pass+=(--build-arg "$name=${!name}"); done
+log "podman build $image (FRAMEWORK=$what from $base; installs from the package index: minutes)"
+start=$SECONDS
+podman build --network=host "${mounts[@]}" "${pass[@]}" --build-arg BASE="$base" \
+  --build-arg FRAMEWORK="$what" -f "$here/containers/Containerfile" -t "$image" "$here" >&2
+log "built $image in $((SECONDS - start)) s"
+echo "$image"
