@@ -154,9 +154,9 @@ class ShardedLoader:
             at += p.rows
         return at
 
-    def _request(self, pieces: list[plan.Piece]) -> None:
+    def _request(self, pieces: list[plan.Piece], start: int = 0) -> None:
         """With reader processes: ask them for every block of the epoch not in the cache, in
-        the epoch's order (they decode ahead, in parallel)."""
+        the epoch's order (they decode ahead, in parallel); from place ``start`` on."""
         self._requested = set()
         if not self.processes:
             return
@@ -166,16 +166,27 @@ class ShardedLoader:
             self._reader = ProcessReader(self.src.paths, self.names, self._block_bytes,
                                          self.processes)
         self._requested = {i for i, p in enumerate(pieces)
-                           if not self.cache.contains((id(self.src), p.block))}
+                           if i >= start and not self.cache.contains((id(self.src), p.block))}
         self._decoded = self._reader.read_in_order(
             [self.src.blocks[p.block] for i, p in enumerate(pieces) if i in self._requested])
 
-    def _read_stage(self, epochs: list[int], free: queue.Queue, out: queue.Queue) -> None:
+    def _read_stage(self, epochs: list[int], free: queue.Queue, out: queue.Queue,
+                    skip: int = 0) -> None:
+        """``skip``: batches of the first epoch not to deliver (a trial resumed mid-epoch): the
+        windows wholly before them are not read at all, the window they end in is read and its
+        first rows (in the epoch's order) dropped, so what follows is batch for batch what an
+        uninterrupted epoch gives."""
+        drop = skip * self.batch
         for epoch in epochs:
             pieces = self.pieces(epoch)
-            self._request(pieces)
-            first = 0
-            for w, group in enumerate(plan.windows(pieces, self.window)):
+            groups = plan.windows(pieces, self.window)
+            first = start = 0
+            while start < len(groups) and drop >= (rows := sum(p.rows for p in groups[start])):
+                drop -= rows  # a window the resumed epoch had trained on already: never read
+                first += len(groups[start])
+                start += 1
+            self._request(pieces, first)
+            for w, group in enumerate(groups[start:], start):
                 buf = self._window_buffer(free)
                 if buf is None:
                     return
@@ -185,8 +196,14 @@ class ShardedLoader:
                 # thread: the two threads' work is more even
                 perm = (plan.row_permutation(n, self.seed, epoch, self.rank, w) if self.shuffle
                         else None)
+                if drop:  # the resumed epoch's first rows within this window: left out
+                    keep = perm[drop:] if perm is not None else np.arange(drop, n)
+                    for a in buf.values():
+                        a[:n - drop] = np.take(a[:n], keep, axis=0)
+                    n, perm, drop = n - drop, None, 0
                 if not self._put(out, (epoch, w, buf, n, perm)):
                     return
+            drop = 0
 
     def close(self) -> None:
         """Stop the reader processes and the gather threads, if any."""
@@ -307,8 +324,8 @@ class ShardedLoader:
         per_slab = max(1, self._slab_rows() // self.batch)
         return max(2, -(-self.prefetch // per_slab))
 
-    def _start(self, epochs: list[int], reuse: bool,
-               alloc: Callable[..., np.ndarray] | None) -> tuple[queue.Queue, list[threading.Thread]]:
+    def _start(self, epochs: list[int], reuse: bool, alloc: Callable[..., np.ndarray] | None,
+               skip: int = 0) -> tuple[queue.Queue, list[threading.Thread]]:
         free: queue.Queue = queue.Queue()
         for _ in range(_WINDOW_BUFFERS):
             free.put(_NEW)
@@ -321,7 +338,7 @@ class ShardedLoader:
                 # except by a given allocator (pinned memory: made in the consumer's thread,
                 # where the rank's GPU is the current device)
                 self._outs.put(_NEW if alloc is None else self._new_buffer(alloc, self._slab_rows()))
-        stages = [(self._read_stage, windows, (epochs, free, windows)),
+        stages = [(self._read_stage, windows, (epochs, free, windows, skip)),
                   (self._shuffle_stage, slabs, (windows, free, slabs))]
         threads = [threading.Thread(target=self._guard, args=(fn, out, *args), daemon=True,
                                     name=f"gridml-{fn.__name__.strip('_')}-r{self.rank}")
@@ -332,15 +349,22 @@ class ShardedLoader:
 
     # --- stage 3: the consumer ----------------------------------------------------------------
     def slabs(self, epochs: Iterable[int], reuse: bool = False,
-              alloc: Callable[..., np.ndarray] | None = None) -> Generator[Arrays, None, None]:
+              alloc: Callable[..., np.ndarray] | None = None,
+              skip: int = 0) -> Generator[Arrays, None, None]:
         """Yield the slabs of ``epochs`` while the stages read ahead; times the waits.
+        ``skip``: leave out the first ``skip`` batches of the first epoch (a trial resumed from
+        a mid-epoch checkpoint), reading as little of them as the windows allow.
 
         ``reuse``: slabs are gathered into a ring of recycled buffers (``alloc(shape, dtype)``,
         e.g. pinned memory; default ``np.empty``): a slab, and every batch view of it, is valid
         only until the consumer has taken two more slabs. For training loops, which are done
         with a batch when they ask for the next one; not for code that keeps batches."""
         self._stop.clear()
-        q, threads = self._start(list(epochs), reuse, alloc)
+        # a loader with a read stage of its own (ragged) reads the skipped batches and drops
+        # them here; this one's read stage does not even read them
+        direct = type(self)._read_stage is ShardedLoader._read_stage
+        q, threads = self._start(list(epochs), reuse, alloc, skip if direct else 0)
+        left = 0 if direct else max(0, skip)
         held: collections.deque[Arrays] = collections.deque()
         try:
             while True:
@@ -357,6 +381,11 @@ class ShardedLoader:
                     item = item.slab
                     if len(held) > _HELD and self._outs is not None:
                         self._outs.put(held.popleft())
+                if left:
+                    if (k := item[self.labels].shape[0]) <= left:
+                        left -= k
+                        continue
+                    item, left = {n: a[left:] for n, a in item.items()}, 0
                 for v, (of, idx) in self.views.items():
                     item[v] = np.take(item[of], idx, axis=-1)
                 self.batches_out += item[self.labels].shape[0]
@@ -452,7 +481,7 @@ def _slab1(rows: Arrays) -> Arrays:
 
 
 def tf_dataset(loader: ShardedLoader, epochs: Iterable[int] | None, options: Any,
-               prefetch: int = 2) -> Any:
+               prefetch: int = 2, skip: int = 0) -> Any:
     """A ``tf.data.Dataset`` of (features, labels) batches over ``loader.slabs(epochs)``
     (``None``: one unshuffled pass, restarted whenever Keras iterates it again, as it does
     for validation). A slab crosses into TensorFlow as one tensor and is cut into batches in
@@ -473,7 +502,7 @@ def tf_dataset(loader: ShardedLoader, epochs: Iterable[int] | None, options: Any
     eps = list(epochs) if epochs is not None else [0]
 
     def gen() -> Iterator[tuple[Any, ...]]:
-        for slab in loader.slabs(eps):
+        for slab in loader.slabs(eps, skip=skip):
             yield loader.xy(slab)
 
     ds = tf.data.Dataset.from_generator(gen, output_signature=signature)
