@@ -40,11 +40,14 @@ from gridml.store import (
     Trial,
 )
 from gridml.store.best import diverged, scores_of
+from gridml.store.stopping import STOPPED, stop_now, stop_trial
 
 log = logging.getLogger("gridml.controller")
 # search.algorithm external: how long a campaign whose trials are all done waits for its
 # external optimizer to close the study (it reads the last results first) before it ends
 EXTERNAL_GRACE_S = 60.0
+# the trial states the controller follows (their executor's task runs)
+FOLLOWED = ("submitted", "running", "stopping")
 # what a trial leaves in its outputs folder that goes into the study's output dataset
 OUTPUT_SUFFIXES = (".keras", ".h5", ".pt", ".onnx", ".png", ".jsonl", ".json", ".py")
 
@@ -106,6 +109,7 @@ class Campaign:
     _handles: dict[int, str] = field(init=False, default_factory=dict)
     _exhausted: bool = field(init=False, default=False)  # the searcher has nothing new left
     _done_at: float | None = field(init=False, default=None)  # external: all trials finished
+    _cancelled: set[int] = field(init=False, default_factory=set)  # `gridml stop --now` sent
 
     def __post_init__(self) -> None:
         if (self.executor is None) == (self.driver is None):
@@ -124,8 +128,10 @@ class Campaign:
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self) -> Study:
-        """Drive the campaign to its end; Ctrl-C stops every trial and leaves it resumable."""
-        if not self._closed():  # (a closed study stays closed: resume only drains it)
+        """Drive the campaign to its end; Ctrl-C stops every trial and leaves it resumable.
+        A study stopped by `gridml stop` ends ``stopped`` (`gridml resume` carries it on)."""
+        # (a closed study stays closed: resume only drains it; a stopping one goes on stopping)
+        if self.store.get_study(self.study.id).state not in ("closed", "stopping"):
             self.store.set_study_state(self.study.id, "running")
         try:
             while not self.step():
@@ -133,7 +139,8 @@ class Campaign:
         except KeyboardInterrupt:
             self.interrupt()
             raise
-        self.store.set_study_state(self.study.id, "finished")
+        if self.store.get_study(self.study.id).state not in ("stopping", "stopped"):
+            self.store.set_study_state(self.study.id, "finished")
         return self.study
 
     def step(self) -> bool:
@@ -144,14 +151,22 @@ class Campaign:
                 self.on_cycle(self.study, self.store.list_trials(self.study.id))
             return done
         trials = self.store.list_trials(self.study.id)
+        # `gridml stop STUDY` (gridml/store/stopping.py): every trial started since is asked too
+        stopping = self.store.get_study(self.study.id).state == "stopping"
+        if stopping and any(t.state in ("queued", "submitted", "running") for t in trials):
+            for t in trials:
+                stop_trial(self.store, t)
+            trials = self.store.list_trials(self.study.id)
+        following = [t for t in trials if t.state in FOLLOWED]
         if not self._remote:  # the live channel: new epochs and decisions (gridml/live.py)
-            self.live.cycle(t for t in trials if t.state in ("submitted", "running"))
-        for trial in trials:
-            if trial.state in ("submitted", "running"):
-                self._follow(trial)
-        trials = self.store.list_trials(self.study.id)
-        self._fill_slots(trials)
-        trials = self.store.list_trials(self.study.id)
+            self.live.cycle(following)
+        for trial in following:
+            self._follow(trial)
+        if following:  # (the store changes only for trials that ran)
+            trials = self.store.list_trials(self.study.id)
+        if not stopping:  # a stopping study takes no new trials
+            if self._fill_slots(trials):
+                trials = self.store.list_trials(self.study.id)
         if self.on_cycle:
             self.on_cycle(self.study, trials)
         active = [t for t in trials if t.state in ACTIVE_STATES]
@@ -160,6 +175,9 @@ class Campaign:
         # the study (POST /api/v1/studies/{study}/close: what is queued or running still runs)
         if active:
             return False
+        if stopping:  # its last trial ended: stopped (`gridml resume` carries it on)
+            self.store.set_study_state(self.study.id, "stopped")
+            return True
         if self._closed():
             return True
         done = len(trials) >= self.spec.search.max_trials or self._exhausted
@@ -174,18 +192,22 @@ class Campaign:
         return self.store.get_study(self.study.id).state == "closed"
 
     # ---- proposing and submitting ---------------------------------------------------------
-    def _fill_slots(self, trials: list[Trial]) -> None:
-        running = [t for t in trials if t.state in ("submitted", "running")]
+    def _fill_slots(self, trials: list[Trial]) -> bool:
+        """Submit queued trials and new points into the free slots; True if any was."""
+        running = [t for t in trials if t.state in FOLLOWED]  # (a stopping trial holds its slot)
         free = self.spec.search.parallel - len(running)
         queued = [t for t in trials if t.state == "queued"]
         for trial in queued[:max(free, 0)]:
             self.submit(trial)
+        changed = bool(queued[:max(free, 0)])
         free -= min(len(queued), max(free, 0))
         budget = self.spec.search.max_trials - len(trials)
         if free <= 0 or budget <= 0 or self._exhausted:
-            return
+            return changed
         for point in self.propose(min(free, budget), trials):
             self.submit(self.store.create_trial(self.study.id, point))
+            changed = True
+        return changed
 
     def propose(self, n: int, trials: list[Trial]) -> list[dict[str, Any]]:
         """Rebuild the searcher from the stored observations and ask it for ``n`` points."""
@@ -213,10 +235,10 @@ class Campaign:
     def request_for(self, trial: Trial) -> TaskRequest:
         """The task request of the trial's current attempt (inputs staged, token issued)."""
         workdir = self._workdir(trial)
-        train, val, inputs = self._stage_inputs(workdir)
+        train, val, inputs, test = self._stage_inputs(workdir)
         token = self._trial_token(trial, workdir / "trial.json")
         return planner.plan(self.loaded, self.study, trial, workdir, train=train, validation=val,
-                            inputs=inputs,
+                            inputs=inputs, test=test,
                             api={"url": self.api_url, "token": token} if self.api_url else None,
                             git=self._git)
 
@@ -224,10 +246,10 @@ class Campaign:
         """The plan of a trial without a point yet, in ``<runs>/<study>/phpo``: what a study
         driver (phpo) sends once, for its service to fill in each point."""
         workdir = self.paths.phpo
-        train, val, inputs = self._stage_inputs(workdir)
+        train, val, inputs, test = self._stage_inputs(workdir)
         trial = Trial(id=0, study_id=self.study.id, number=0, hparams={})
         return planner.plan(self.loaded, self.study, trial, workdir, train=train, validation=val,
-                            inputs=inputs, api=None, git=self._git)
+                            inputs=inputs, api=None, git=self._git, test=test)
 
     @functools.cached_property
     def _git(self) -> str | None:
@@ -241,10 +263,12 @@ class Campaign:
             return str(old)
         return self.store.issue_trial_token(trial.id)
 
-    def _stage_inputs(self, workdir: Path) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    def _stage_inputs(self, workdir: Path) -> tuple[list[str], list[str], list[dict[str, Any]],
+                                                     list[str]]:
+        """(train, validation, inputs, test): the staged files' paths (names on a remote node)."""
         paths: dict[str, list[str]] = {}
         inputs: list[dict[str, Any]] = []
-        for which in ("train", "validation"):
+        for which in ("train", "validation", "test"):
             paths[which] = []
             for did in self.spec.data.dids(which):
                 if did not in self._inputs:
@@ -254,7 +278,7 @@ class Campaign:
                 for f in self._inputs[did]:  # remote jobs find their staged files by name
                     paths[which].append(f.did.name if self._remote else str(f.path))
                     inputs.append({"did": str(f.did), "dataset": did, "adler32": f.adler32, "bytes": f.bytes})
-        return paths["train"], paths["validation"], inputs
+        return paths["train"], paths["validation"], inputs, paths["test"]
 
     # ---- following and finishing ----------------------------------------------------------
     @property
@@ -270,18 +294,31 @@ class Campaign:
 
     def _follow(self, trial: Trial) -> None:
         handle = self._handles.get(trial.id) or trial.external_id
+        stopping = trial.state == "stopping"
         if not handle:  # recorded as submitted, but the controller died before the executor call
+            if stopping:  # (asked to stop before it ran: nothing to run)
+                self.store.update_trial(trial.id, state="stopped", finished=now(),
+                                        error=f"{STOPPED} before it started")
+                return
             self.submit(self.store.update_trial(trial.id, state="queued", attempts=trial.attempts - 1))
             return
+        if stopping:
+            self._ask_to_stop(trial, handle)
         status = self._executor.poll(handle)
         if status.state in ("completed", "failed", "killed"):
             self.finalize(trial, status)
-        elif status.state in ("submitted", "running") and status.state != trial.state:
+            if stopping:
+                self._stopped(trial)
+        elif status.state in ("submitted", "running") and status.state != trial.state \
+                and not stopping:
             self.store.update_trial(trial.id, state=status.state)  # e.g. queued at PanDA
         elif status.state == "running" and not self._remote and (stall := self.live.stalled(trial)):
             self.live.stop_stalled(self._executor, handle, trial)  # stacks to the log, then killed
             tail = self._executor.poll(handle).log_tail
-            if self.live.first_stall(trial):  # retried once (a free attempt), whatever retries
+            if stopping:
+                self.store.update_trial(trial.id, state="stopped", error=f"{STOPPED}; {stall}",
+                                        finished=now())
+            elif self.live.first_stall(trial):  # retried once (a free attempt), whatever retries
                 self._add_free_attempt(trial)
                 self.finalize(trial, TaskStatus("failed", stall, tail))
             else:
@@ -292,6 +329,38 @@ class Campaign:
             self._executor.kill(handle)
             timeout = self.spec.backend.heartbeat_timeout
             self.finalize(trial, TaskStatus("failed", f"no heartbeat for {timeout}: the trial hung"))
+            if stopping:
+                self._stopped(trial)
+
+    # ---- `gridml stop` (gridml/store/stopping.py) -----------------------------------------
+    def _ask_to_stop(self, trial: Trial, handle: str) -> None:
+        """A ``stopping`` trial: graceful, through the early-stopping path (its decision.json;
+        a payload with an API gets it from should-stop); ``--now``: its job is cancelled with
+        the executor's kill (once per controller: the trial is then followed to its end)."""
+        if stop_now(trial):
+            if trial.id not in self._cancelled:
+                self._cancelled.add(trial.id)
+                log.info("trial %d: stop now (gridml stop --now): cancelling %s", trial.number,
+                         handle)
+                self._executor.kill(handle)
+        elif not self._remote:
+            self.live.stop(trial, trial.error or STOPPED)
+
+    def _stopped(self, trial: Trial) -> None:
+        """A ``stopping`` trial's task ended and ``finalize`` recorded it: unless it completed
+        every epoch (completed), failed on its own or diverged, it is ``stopped`` (never
+        retried), keeping what finalize stored (its objective so far, its model)."""
+        ended = self.store.get_trial(trial.id)
+        now_ = stop_now(trial)
+        if ended.state in ("queued", "pruned", "stopping", "killed") or \
+                (now_ and ended.state == "failed"):
+            how = "--now: its job was cancelled" if now_ else "it ended after its epoch"
+            self.store.update_trial(trial.id, state="stopped", finished=now(),
+                                    error=f"{STOPPED}: {how} ({ended.epochs_done} epochs)")
+            log.info("trial %d stopped (gridml stop) after %d epochs", trial.number,
+                     ended.epochs_done)
+        self._cancelled.discard(trial.id)
+        self.live.forget(trial)
 
     def _silent(self, trial: Trial) -> bool:
         """Silent past ``backend.heartbeat_timeout``, judged on evidence: the last sign of life
@@ -325,6 +394,7 @@ class Campaign:
         scores = self.scores(trial)
         objective = scores.pop("objective")  # the first objective; scores: objectives, violations
         result = _read_json(outputs / "result.json")
+        self._record_test(trial, result)
         if status.state == "completed" and (result.get("state") == "diverged"
                                             or self.diverged(trial)):
             # the last epoch's objective is NaN/inf: never best, told to the searcher as a
@@ -359,6 +429,20 @@ class Campaign:
             self.store.update_trial(trial.id, state="queued", error=error)
         else:
             self.store.update_trial(trial.id, state="failed", error=error, finished=now())
+
+    def _record_test(self, trial: Trial, result: dict[str, Any]) -> None:
+        """The figures of the payload's one evaluation on data.test (result.json's ``test``),
+        stored apart from the epochs: never an objective, never told to the searcher."""
+        test = result.get("test")
+        if not isinstance(test, dict) or not isinstance(test.get("metrics"), dict):
+            return
+        values: dict[str, float | None] = {}
+        for k, v in test["metrics"].items():
+            try:
+                values[str(k)] = None if v is None else float(v)
+            except (TypeError, ValueError):  # "inf" (a rejection with no background left) is a float
+                log.warning("trial %d: test metric %s=%r is not a number: skipped", trial.number, k, v)
+        self.store.update_trial(trial.id, test_metrics=values)
 
     def ingest_spool(self, trial: Trial, spool: Path) -> int:
         """Record the payload's spooled reports (idempotent: already-posted epochs are no-ops).
@@ -431,10 +515,14 @@ class Campaign:
             self.store.set_study_state(self.study.id, "stopped")
 
     def _stop_trials(self, executor: Executor) -> None:
-        for trial in self.store.list_trials(self.study.id, states=("submitted", "running")):
+        for trial in self.store.list_trials(self.study.id, states=FOLLOWED):
             handle = self._handles.get(trial.id) or trial.external_id
             if handle:
                 executor.kill(handle)
+            if trial.state == "stopping":  # asked to stop (gridml stop): it is not resumed
+                self.store.update_trial(trial.id, state="stopped", finished=now(),
+                                        error=f"{STOPPED}: its job was cancelled (Ctrl-C)")
+                continue
             # the attempt keeps its number (its folder holds the killed run), so resume starts a
             # fresh one; it is not a failure, so it does not use up a retry
             self._add_free_attempt(trial)

@@ -66,6 +66,7 @@ class TaskRequest:
     launcher: str = "gloo"  # horovodrun's controller: gloo | mpi
     train_dids: tuple[str, ...] = ()
     validation_dids: tuple[str, ...] = ()
+    test_dids: tuple[str, ...] = ()  # data.test (evaluated once after training)
     output_dataset: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     site: dict[str, Any] = field(default_factory=dict)  # the executor's own spec section
@@ -80,7 +81,7 @@ class TaskRequest:
 
     @property
     def input_dids(self) -> list[str]:
-        return [*self.train_dids, *self.validation_dids]
+        return [*self.train_dids, *self.validation_dids, *self.test_dids]
 
 
 def trial_seed(study_seed: int, number: int) -> int:
@@ -96,7 +97,8 @@ def output_name(study: str, number: int, filename: str) -> str:
 
 def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: list[str],
                    validation: list[str], inputs: list[dict[str, Any]], output_dir: str,
-                   api: dict[str, str] | None, git: str | None = None) -> contract.TrialDoc:
+                   api: dict[str, str] | None, git: str | None = None,
+                   test: list[str] | None = None) -> contract.TrialDoc:
     """The trial contract (payloads/runtime/trial.py, docs/trial-contract.md)."""
     spec = loaded.spec
     tr = spec.training
@@ -119,7 +121,8 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
                            collections=tuple(i for i in spec.data.inputs or () if isinstance(i, str)),
                            views=tuple(i.model_dump(mode="json") for i in spec.data.inputs or ()
                                        if not isinstance(i, str)),
-                           train=tuple(train), validation=tuple(validation)),
+                           train=tuple(train), validation=tuple(validation),
+                           test=tuple(test or ())),
         inputs=tuple(inputs), output_dir=Path(output_dir),
         seed=trial_seed(spec.search.seed, trial.number),
         resources=contract.Resources(cores=spec.resources.cores, gpus=spec.resources.gpus,
@@ -134,11 +137,11 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
 
 def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train: list[str],
          validation: list[str], inputs: list[dict[str, Any]], api: dict[str, str] | None,
-         git: str | None = None) -> TaskRequest:
+         git: str | None = None, test: list[str] | None = None) -> TaskRequest:
     """The task request of the trial's current attempt, with its trial document inside."""
     spec = loaded.spec
     doc = trial_document(loaded, study, trial, train=train, validation=validation, inputs=inputs,
-                         output_dir=str(workdir / "outputs"), api=api, git=git)
+                         output_dir=str(workdir / "outputs"), api=api, git=git, test=test)
     section = getattr(spec, {"phpo": "panda"}.get(spec.backend.executor, spec.backend.executor), None)
     return TaskRequest(
         study=study.name, trial_id=trial.id, trial_number=trial.number,
@@ -148,6 +151,7 @@ def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train
         container=spec.resources.container, vram_gb=spec.resources.vram_gb,
         launcher=spec.training.horovod, train_dids=tuple(spec.data.dids("train")),
         validation_dids=tuple(spec.data.dids("validation")),
+        test_dids=tuple(spec.data.dids("test")),
         output_dataset=loaded.output_dataset, python=spec.payload.python, spec=spec,
         site=section.model_dump(mode="json") if section is not None else {})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -100,6 +101,9 @@ class TrialOut(BaseModel):
     objective: float | None
     objectives: list[float | None] | None = None
     violations: list[float | None] | None = None
+    # the one evaluation on data.test after training (rejection_at_NN, auc, loss, the metrics
+    # hook's names; non-finite as null): apart from the epochs, never an objective
+    test_metrics: dict[str, float | None] | None = None
     epochs_done: int
     error: str | None
     source: str
@@ -114,6 +118,9 @@ class TrialOut(BaseModel):
     @classmethod
     def of(cls, trial: Trial) -> TrialOut:
         data = {k: getattr(trial, k) for k in cls.model_fields}
+        if data["test_metrics"] is not None:
+            data["test_metrics"] = {k: v if v is None or math.isfinite(v) else None
+                                    for k, v in data["test_metrics"].items()}
         return cls(**data)
 
 

@@ -3,14 +3,19 @@
 Trial states::
 
     queued ──▶ submitted ──▶ running ──▶ completed | failed | pruned | killed | diverged
+                   └──────────┴──▶ stopping ──▶ stopped (or completed, failed, diverged)
     (queued: proposed or enqueued by an external optimizer, not yet submitted;
+     stopping: `gridml stop` asked it to stop (its ``error`` says how: after its epoch, or
+     now); stopped: it ended so (its model kept, never retried, never best); a queued trial
+     stopped by hand goes straight to stopped;
      submitted: the submission is recorded *before* the executor is called, so a restarted
      controller re-attaches instead of submitting twice;
      diverged: the payload ended, but an objective of its last epoch is not finite (NaN, inf):
      never best, never on the Pareto front, told to the searcher as a failure)
 
-Study states: running | finished | stopped (Ctrl-C, or stopped by hand) | closed (its external
-optimizer is done) | failed (the server's controller could not run it: see gridml.service).
+Study states: running | finished | stopping (`gridml stop`: its trials end, no new ones) |
+stopped (Ctrl-C, or stopped by hand) | closed (its external optimizer is done) | failed (the
+server's controller could not run it: see gridml.service).
 """
 
 from __future__ import annotations
@@ -24,10 +29,10 @@ from typing import Any
 from payloads.runtime.report import EpochReport
 
 TRIAL_STATES = ("queued", "submitted", "running", "completed", "failed", "pruned", "killed",
-                "diverged")
-ACTIVE_STATES = ("queued", "submitted", "running")
-FINISHED_STATES = ("completed", "failed", "pruned", "killed", "diverged")
-STUDY_STATES = ("running", "finished", "stopped", "closed", "failed")
+                "diverged", "stopping", "stopped")
+ACTIVE_STATES = ("queued", "submitted", "running", "stopping")
+FINISHED_STATES = ("completed", "failed", "pruned", "killed", "diverged", "stopped")
+STUDY_STATES = ("running", "finished", "stopped", "closed", "failed", "stopping")
 __all__ = ["ACTIVE_STATES", "FINISHED_STATES", "STUDY_STATES", "TRIAL_STATES", "EpochReport",
            "Study", "Trial"]
 
@@ -38,7 +43,7 @@ class Study:
     name: str
     spec: dict[str, Any]  # the resolved spec (JSON form)
     spec_hash: str
-    state: str = "running"  # running | finished | stopped | closed | failed
+    state: str = "running"  # running | finished | stopping | stopped | closed | failed
     created: datetime | None = None
     token: str | None = None  # plain study token: only returned by create_study
 
@@ -65,3 +70,6 @@ class Trial:
     objectives: list[float | None] | None = None  # all objective values (search.objectives)
     violations: list[float | None] | None = None  # per search.constraints: 0 met, > 0 missed by,
     # None not reported (gridml.store.best.feasible)
+    # the figures of the one evaluation on data.test after training ({name: value}; None: no
+    # test split): shown apart, never an objective, never told to the searcher
+    test_metrics: dict[str, float | None] | None = None

@@ -15,7 +15,8 @@ from gridml.errors import NotFoundError, StoreError
 from gridml.store.records import EpochReport, Study, Trial
 
 _TRIAL_FIELDS = ("id", "study_id", "number", "hparams", "state", "objective", "epochs_done", "error",
-                 "source", "external_id", "attempts", "outputs", "objectives", "violations")
+                 "source", "external_id", "attempts", "outputs", "objectives", "violations",
+                 "test_metrics")
 _TIMES = ("last_heartbeat", "created", "started", "finished")
 PAGE = 1000  # the API's largest page of trials
 

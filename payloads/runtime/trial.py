@@ -90,6 +90,9 @@ class Data:
     views: tuple[dict[str, Any], ...] = ()
     train: tuple[str, ...] = ()  # staged file paths (or names, on a remote node before staging)
     validation: tuple[str, ...] = ()
+    # data.test's staged files: evaluated once after training (result.json "test", roc_test.*),
+    # never reported as an epoch metric; written only when given (older payloads read the rest)
+    test: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,8 @@ class TrialDoc:
     def to_json(self) -> dict[str, Any]:
         doc = _plain(self)
         doc.pop("path")
+        if not doc["data"]["test"]:
+            doc["data"].pop("test")
         return doc
 
     def dumps(self) -> str:
@@ -181,7 +186,8 @@ class TrialDoc:
         here = base or Path(".")
         data = dataclasses.replace(
             data, train=tuple(str((here / p).resolve()) for p in data.train),
-            validation=tuple(str((here / p).resolve()) for p in data.validation))
+            validation=tuple(str((here / p).resolve()) for p in data.validation),
+            test=tuple(str((here / p).resolve()) for p in data.test))
         api = d.get("api")
         return cls(
             study=str(d.get("study", "study")), trial_id=int(d["trial_id"]),

@@ -214,7 +214,7 @@ def test_migrations_are_applied_once(store_url):
 
     first, second = open_store(store_url), open_store(store_url)
     with second.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
     first.close()
     second.close()
 
@@ -307,4 +307,41 @@ def test_migration_0002_keeps_old_trials_and_stores_objectives(tmp_path, monkeyp
                              violations=[0.5])
     assert (got.objectives, got.violations) == ([0.1, 2.0], [0.5])
     assert store.best_trial(store.get_study("old")).id == old.id  # 0.1 is lower but infeasible
+    store.close()
+
+
+def test_migration_0003_keeps_old_trials_and_stores_test_metrics(tmp_path, monkeypatch):
+    """A database of revision 0002 with a finished trial opens (upgraded to 0003): the trial
+    reads back with no test metrics; test metrics (non-finite ones too) are stored apart from
+    the objective and read back."""
+    import math
+
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, text
+
+    from gridml.store import open_store
+    from gridml.store.sql.engine import MIGRATIONS
+
+    monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0002")
+        conn.execute(text("INSERT INTO studies (id, name, spec, spec_hash, state, created) VALUES "
+                          "(1, 'old', '{}', 'h', 'running', '2026-01-01')"))
+        conn.execute(text("INSERT INTO trials (id, study_id, number, hparams, state, objective, "
+                          "epochs_done, source, attempts, created) VALUES (1, 1, 0, '{}', "
+                          "'completed', 0.5, 1, 'searcher', 1, '2026-01-01')"))
+    engine.dispose()
+    store = open_store(url)
+    assert store.get_trial(1).test_metrics is None
+    got = store.update_trial(1, test_metrics={"auc": 0.8, "rejection_at_50": float("inf"),
+                                              "loss": float("nan")})
+    assert got.objective == 0.5 and got.test_metrics["auc"] == 0.8
+    assert got.test_metrics["rejection_at_50"] == float("inf")
+    assert math.isnan(got.test_metrics["loss"])
     store.close()

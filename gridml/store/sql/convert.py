@@ -103,6 +103,8 @@ def to_trial(row: TrialRow, outputs: Sequence[OutputRow] = (), token: str | None
         outputs=[to_output(o) for o in outputs], token=token,
         objectives=None if row.objectives is None else list(row.objectives),
         violations=None if row.violations is None else list(row.violations),
+        test_metrics=None if row.test_metrics is None else {
+            k: float(v) if isinstance(v, str) else v for k, v in row.test_metrics.items()},
     )
 
 

@@ -49,6 +49,8 @@ class TrialRow(Base):
     objective: Mapped[float | None] = mapped_column(Float, nullable=True)
     objectives: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # 0002
     violations: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # 0002
+    # the one evaluation on data.test ({name: value}, non-finite as strings): 0003
+    test_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     epochs_done: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     source: Mapped[str] = mapped_column(String(16), default="searcher")

@@ -27,7 +27,8 @@ from gridml.store.sql.tokens import TokensMixin, new_token
 
 # closed: its external optimizer is done, no more trials are enqueued (the campaign drains)
 UPDATABLE = {"state", "objective", "error", "external_id", "attempts", "started", "finished",
-             "outputs", "hparams", "epochs_done", "last_heartbeat", "objectives", "violations"}
+             "outputs", "hparams", "epochs_done", "last_heartbeat", "objectives", "violations",
+             "test_metrics"}
 MAX_ID = 2**31 - 1  # ids are 32-bit INTEGER columns (PostgreSQL)
 _STUDIES_HINT = "run `gridml status` to list the studies this store knows"
 
@@ -208,6 +209,8 @@ class SqlStore(TokensMixin):
             if fields["state"] == "submitted":  # a new attempt: its own heartbeat clock
                 fields.setdefault("last_heartbeat", None)
         outputs = fields.pop("outputs", None)
+        if fields.get("test_metrics") is not None:  # strict JSON (PostgreSQL refuses NaN)
+            fields["test_metrics"] = convert.encode_body(dict(fields["test_metrics"]))
         with self._write() as s:
             row = self._trial_row(s, trial_id)
             for key, value in fields.items():
