@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from payloads.runtime.report import EpochReport
 from payloads.runtime.trial import TrialDoc
 
 if TYPE_CHECKING:
+    from payloads.runtime.checkpoint import Checkpointer
     from payloads.runtime.reporter import Reporter
     from payloads.runtime.session import Data
 
@@ -202,8 +204,17 @@ class TrialCore:
                  broadcast: Callable[[Any], Any], *, restore: Callable[[], int] | None = None,
                  save: Callable[[int], Any] | None = None,
                  costs: dict[str, float] | None = None,
-                 figures: ValidationFigures | None = None) -> None:
+                 figures: ValidationFigures | None = None,
+                 checkpointer: Checkpointer | None = None) -> None:
         self.cfg, self.rank, self.reporter, self.broadcast = cfg, rank, reporter, broadcast
+        # a checkpoint on a signal (payloads/runtime/preempt.py): the mid-epoch position resumed
+        # from (batches of the first epoch already trained), what that checkpoint kept beside
+        # the model, and why this run left early to be continued (None: it did not)
+        self._ckpt = checkpointer
+        self.resume_batch = 0
+        self.resume_extra: dict[str, Any] = {}
+        self.continued: str | None = None
+        self._resumed_note: dict[str, Any] | None = None
         self.figures = figures
         self._restore, self._save = restore, save
         self.costs = dict(costs or {})
@@ -222,6 +233,10 @@ class TrialCore:
         """A training batch finished (rank 0 rewrites progress.json every few seconds)."""
         if self.progress is not None:
             self.progress.batch()
+        if self._resumed_note is not None and "signal_to_training_s" not in self._resumed_note:
+            sent = self.resume_extra.get("signal_wall")  # the first batch after the resume
+            self._resumed_note["signal_to_training_s"] = (
+                round(time.time() - float(sent), 3) if sent is not None else None)
 
     # ---- checkpoints -----------------------------------------------------------------------
     def resume(self) -> int:
@@ -229,7 +244,18 @@ class TrialCore:
 
         Rank 0 also clears what an earlier attempt left behind: its result.json, and the spooled
         reports of epochs that will run again (all of them when there is no checkpoint)."""
-        done = self._restore() if self.checkpoints and self._restore is not None else 0
+        # a mid-epoch checkpoint (taken on a signal) is resumed from even when the trial keeps
+        # no epoch checkpoints: it is what the job left to be continued
+        state = self._ckpt.state() if self._ckpt is not None else None
+        step = state if state is not None and state.get("kind") == "step" else None
+        done = (self._restore() if (self.checkpoints or step is not None)
+                and self._restore is not None else 0)
+        if step is not None and self._ckpt is not None and done == int(step["epoch"]):
+            self.resume_batch = int(step.get("batch", 0))
+            self.resume_extra = self._ckpt.extra()
+            self._resumed_note = {"epoch": done + 1, "from_batch": self.resume_batch}
+            log.info("resuming in epoch %d after its batch %d (mid-epoch checkpoint)", done + 1,
+                     self.resume_batch)
         if self.reporter is not None:
             ckpt = self.cfg.output_dir / "checkpoint"
             (self.cfg.output_dir / "result.json").unlink(missing_ok=True)
@@ -241,7 +267,22 @@ class TrialCore:
     def checkpoint(self, epoch: int) -> None:
         """Rank 0: checkpoint completed epoch ``epoch`` when the trial keeps checkpoints."""
         if self.rank == 0 and self.checkpoints and self._save is not None:
-            self._save(epoch)
+            self._save(epoch)  # (replaces a mid-epoch checkpoint of this epoch)
+        elif self.rank == 0 and self._ckpt is not None and self.resume_batch:
+            self._ckpt.drop_step()  # its epoch is over: a later attempt must not go back to it
+
+    def continue_later(self, epoch: int, batch: int, save: Callable[[], Any]) -> None:
+        """Every rank, on the batch all ranks agreed on after a signal: rank 0 writes the
+        mid-epoch checkpoint (``save()``: ``epoch`` epochs completed, ``batch`` batches of the
+        next one trained), every rank waits until it is on disk (one broadcast), and the run
+        ends to be continued (the loop returns errors.CONTINUE_CODE)."""
+        if self.rank == 0:
+            save()
+            if self.reporter is not None:  # posts still queued: a few seconds (spooled anyway)
+                self.reporter.close(timeout=10.0)
+        self.broadcast(None)  # no rank leaves (its launcher would end the others) before that
+        self.continued = f"checkpointed in epoch {epoch + 1} after batch {batch}"
+        log.info("%s on a signal: leaving to be continued (exit code 75)", self.continued)
 
     # ---- each epoch ------------------------------------------------------------------------
     def end_epoch(self, epoch: int, logs: dict[str, Any], prof: dict[str, Any],
@@ -249,7 +290,10 @@ class TrialCore:
         """Every rank after epoch ``epoch`` (1-based): rank 0 reports it (``extra()``: fields
         for the report's extra) and checkpoints; returns False when training is to stop."""
         if self.rank == 0:
-            self.report(build_report(epoch, logs, prof, extra(), self.costs))
+            more = extra()
+            if self._resumed_note is not None and self._resumed_note["epoch"] == epoch:
+                more = {**more, "resumed": self._resumed_note}  # resumed mid-epoch: when, where
+            self.report(build_report(epoch, logs, prof, more, self.costs))
             if self.progress is not None:
                 self.progress.epoch_end()
         if self.cfg.training.stop_on_nan and epoch < self.cfg.training.epochs:

@@ -23,10 +23,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from payloads.runtime import costs, gpu, outputs, profile, threads, torch_model
+from payloads.runtime import costs, gpu, outputs, preempt, profile, threads, torch_model
 from payloads.runtime.core import (TrialCore, ValidationFigures, metric_hook, run_guarded,
                                    weight_factors)
-from payloads.runtime.checkpoint import Checkpointer
+from payloads.runtime.checkpoint import EXTRA, Checkpointer, _pickle
+from payloads.runtime.errors import CONTINUE_CODE
 from payloads.runtime.session import (Data, _input_shape, gather_threads, make_reporter, open_data,
                                       reader_processes)
 from payloads.runtime.trial import TrialDoc
@@ -49,6 +50,14 @@ class Dist:
 
     def all_reduce(self, t: torch.Tensor) -> Any:
         return dist.all_reduce(t) if self.on and self.size > 1 else None
+
+    def any(self, flag: bool, device: torch.device) -> bool:
+        """Whether ``flag`` is set on any rank (an all-reduce MAX of one number)."""
+        if not self.on or self.size == 1:
+            return flag
+        t = torch.tensor([1.0 if flag else 0.0], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item() > 0)
 
     def gather(self, obj: Any) -> list[Any]:
         if not self.on or self.size == 1:
@@ -93,26 +102,32 @@ def precision(option: Any, device: torch.device) -> tuple[torch.dtype | None, bo
 
 # ---- checkpoints -------------------------------------------------------------------------------
 class TorchCheckpointer(Checkpointer):
-    """The Keras payload's layout (epoch-N/ renamed into place, state.json replaced atomically)
-    holding ``state.pt``: model, optimizer and AMP scaler state."""
+    """The Keras payload's layout (epoch-N/ or step-N-B/ renamed into place, state.json
+    replaced atomically) holding ``state.pt``: model, optimizer and AMP scaler state; a
+    mid-epoch one also ``extra.pkl`` (every rank's RNG states and running metric sums)."""
 
-    def save(self, model: Any, epoch: int, extra: dict[str, Any] | None = None,  # type: ignore[override]
-             optimizer: Any = None, scaler: Any = None) -> Path:
-        import shutil
-
-        name = f"epoch-{epoch}"
-        tmp, final = self.dir / f".{name}.tmp", self.dir / name
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+    @staticmethod
+    def _write(folder: Path, model: Any, epoch: int, optimizer: Any, scaler: Any) -> None:
         torch.save({"model": model.state_dict(), "epoch": epoch,
                     "optimizer": optimizer.state_dict() if optimizer is not None else None,
                     "scaler": scaler.state_dict() if scaler is not None else None},
-                   tmp / "state.pt")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        self._write_state({"epoch": epoch, "name": name, "framework": "torch", **(extra or {})})
-        self._prune(keep=name)
-        return final
+                   folder / "state.pt")
+
+    def save(self, model: Any, epoch: int, extra: dict[str, Any] | None = None,  # type: ignore[override]
+             optimizer: Any = None, scaler: Any = None) -> Path:
+        return self.commit(f"epoch-{epoch}",
+                           lambda d: self._write(d, model, epoch, optimizer, scaler),
+                           {"epoch": epoch, "framework": "torch", **(extra or {})})
+
+    def save_step(self, model: Any, epoch: int, batch: int, extra: dict[str, Any],  # type: ignore[override]
+                  optimizer: Any = None, scaler: Any = None) -> Path:
+        """Mid-epoch (``epoch`` epochs completed, ``batch`` batches of the next trained)."""
+        def write(d: Path) -> None:
+            self._write(d, model, epoch, optimizer, scaler)
+            _pickle(d / EXTRA, extra)
+
+        return self.commit(f"step-{epoch + 1}-{batch}", write,
+                           {"epoch": epoch, "batch": batch, "kind": "step", "framework": "torch"})
 
     def restore(self, model: Any, optimizer: Any = None, scaler: Any = None) -> int:  # type: ignore[override]
         state = self.state()
@@ -150,16 +165,17 @@ def _pinned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         return np.empty(shape, dtype)
 
 
-def batches(loader: Any, epochs: Any,
-            device: torch.device) -> Generator[tuple[Any, torch.Tensor, Any], None, None]:
+def batches(loader: Any, epochs: Any, device: torch.device,
+            skip: int = 0) -> Generator[tuple[Any, torch.Tensor, Any], None, None]:
     """(features, labels, weights or None) batches as tensors: each slab crosses to torch once, batches are views
     (``unbind``: all of a slab's batch views in one call). The loader gathers rows into recycled
     buffers (``reuse``): a batch is used by one step before the next is asked for; on a GPU the
-    slab's transfer is waited for before its buffer can return to the loader."""
+    slab's transfer is waited for before its buffer can return to the loader. ``skip``: the
+    first epoch's first batches, already trained (resumed mid-epoch), are left out."""
     names = [*loader.features, loader.labels, *([loader.weights] if loader.weights else [])]
     cuda = device.type == "cuda"
     done: Any = None
-    for slab in loader.slabs(epochs, reuse=True, alloc=_pinned if cuda else None):
+    for slab in loader.slabs(epochs, reuse=True, alloc=_pinned if cuda else None, skip=skip):
         if done is not None:  # the previous slab's copy finished: its buffer may be refilled
             done.synchronize()
         ts = {n: _tensor(slab[n], device) for n in names}
@@ -206,13 +222,18 @@ class Trainer:
                                           hook_names)
                         if data.val is not None and (m.logits or hook is not None) else None)
         self.class_w, self.w_scale = self._weighting()
-        ckpt = TorchCheckpointer(cfg.output_dir / "checkpoint")
+        self.ckpt = ckpt = TorchCheckpointer(cfg.output_dir / "checkpoint")
         self.core = TrialCore(
             cfg, ranks.rank, make_reporter(cfg) if ranks.rank == 0 else None, ranks.broadcast,
             restore=lambda: ckpt.restore(self.model, self.opt, self.scaler),
             save=lambda epoch: ckpt.save(self.model, epoch, optimizer=self.opt, scaler=self.scaler),
-            costs=self.costs, figures=self.figures)
+            costs=self.costs, figures=self.figures, checkpointer=ckpt)
         self.start = self.core.resume()
+        # the warning before the job ends (SIGUSR1): every rank agrees after each batch (on a
+        # GPU every 10th: the check is a host sync), payloads/runtime/preempt.py
+        self.watch = preempt.Watch(lambda flag: ranks.any(flag, device),
+                                   every=10 if device.type == "cuda" else 1)
+        self._resumed_rank: dict[str, Any] = {}  # this rank's part of a mid-epoch checkpoint
         self.ddp = self._wrap()
         self.last_profile: dict[str, Any] = {}
 
@@ -359,26 +380,80 @@ class Trainer:
             data.val = None
         if self.start >= epochs:
             return
-        stream = batches(data.train, range(self.start, epochs), self.device)
+        skip = self.core.resume_batch
+        if skip:
+            self._restore_step(self.core.resume_extra)
+        stream = batches(data.train, range(self.start, epochs), self.device, skip=skip)
         try:
             for epoch in range(self.start, epochs):
-                if not self._epoch(epoch, stream, steps):
+                if not self._epoch(epoch, stream, steps, skip if epoch == self.start else 0):
                     break
         finally:
             stream.close()  # stops the reader threads (also after a stop or an error)
 
+    # ---- a checkpoint in the middle of an epoch (on a signal: payloads/runtime/preempt.py) ----
+    def _rank_state(self, m: torch_model.Metrics, elapsed: float) -> dict[str, Any]:
+        """What this rank needs to go on exactly where it stopped: its RNG states, its running
+        metric sums, the epoch's time so far."""
+        import random
+
+        return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                "python": random.getstate(),
+                "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+                "sums": m.sums.detach().cpu().clone(), "hist": m.hist.detach().cpu().clone(),
+                "elapsed": elapsed}
+
+    def _restore_step(self, extra: dict[str, Any]) -> None:
+        import random
+
+        ranks = extra.get("ranks") or []
+        if len(ranks) != self.ranks.size:
+            log.warning("the mid-epoch checkpoint holds %d ranks' states, this run has %d: the "
+                        "RNG and the epoch's running metrics start afresh", len(ranks), self.ranks.size)
+            return
+        mine = ranks[self.ranks.rank]
+        torch.set_rng_state(mine["torch"])
+        np.random.set_state(mine["numpy"])
+        random.setstate(mine["python"])
+        if mine.get("cuda") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(mine["cuda"], self.device)
+        self._resumed_rank = mine
+
+    def _continue_later(self, epoch: int, batch: int, m: torch_model.Metrics,
+                        elapsed: float) -> None:
+        """Every rank: the states of all ranks to rank 0, which checkpoints; then leave."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        states = self.ranks.gather(self._rank_state(m, elapsed))
+        asked = preempt.asked_at()
+        extra = {"ranks": states, "signal_wall": time.time() - (
+            time.monotonic() - asked if asked is not None else 0.0)}
+        self.core.continue_later(epoch, batch, lambda: self.ckpt.save_step(
+            self.model, epoch, batch, extra, optimizer=self.opt, scaler=self.scaler))
+
     def _wait(self) -> float:
         return sum(ld.wait_s for ld in self.data.loaders)
 
-    def _epoch(self, epoch: int, stream: Iterator[Any], steps: int) -> bool:
+    def _epoch(self, epoch: int, stream: Iterator[Any], steps: int, first: int = 0) -> bool:
+        """Epoch ``epoch`` (0-based) from its batch ``first`` (resumed mid-epoch: the RNG and
+        running metrics of the checkpoint); False when training stops (early stopping, a
+        divergence, or a signal: the trial then leaves to be continued)."""
         t0, cpu0, w0 = time.perf_counter(), time.process_time(), self._wait()
         self.model.train()
         m = torch_model.Metrics(self.metric_names, self.cfg.training.loss, self.device)
+        if first and self._resumed_rank:
+            mine = self._resumed_rank
+            m.sums.copy_(mine["sums"].to(self.device))
+            m.hist.copy_(mine["hist"].to(self.device))
+            t0 -= float(mine.get("elapsed", 0.0))  # the epoch's time before the signal
         self.core.begin_epoch(epoch + 1, steps)
-        for _ in range(steps):
+        for b in range(first, steps):
             x, y, w = next(stream)
             self._step(x, y, w, m)
             self.core.batch_done()  # progress.json (rank 0, every few seconds): stall detection
+            if b + 1 < steps and self.watch.due():  # told the job ends soon: all ranks agree
+                self._continue_later(epoch, b + 1, m, time.perf_counter() - t0)
+                return False
         logs = m.reduce(self.ranks.all_reduce)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -474,6 +549,7 @@ def export_onnx(model: torch.nn.Module, path: Path, sample: tuple[np.ndarray, ..
 
 
 def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
+    preempt.install()  # SIGUSR1 from now on only asks for a checkpoint (then the pid file)
     pools = threads.apply_torch(plan)
     device = choose_device(cfg.gpus, threads.local_rank())
     ranks = Dist(device.type)
@@ -490,6 +566,8 @@ def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
     def train() -> int:
         trainer = Trainer(cfg, plan, data, ranks, device)
         trainer.fit()
+        if trainer.core.continued:  # checkpointed mid-epoch on a signal: continue me
+            return CONTINUE_CODE
         if ranks.rank == 0:
             trainer.finish()
         return 0
