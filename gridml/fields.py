@@ -243,6 +243,7 @@ def spec_problems(spec: Any) -> list[Problem]:
             if "\n" in str(line) or "\r" in str(line) or "\x00" in str(line):
                 add(("slurm", "setup", i), f"slurm.setup.{i}: one shell line per item (it holds "
                     "a newline or NUL); split it into several items")
+        problems += _packing_problems(spec, slurm)
     panda = getattr(spec, "panda", None)
     if panda is not None:
         for key in ("site", "nickname", "working_group", "vo", "rse"):
@@ -263,3 +264,36 @@ def spec_problems(spec: Any) -> list[Problem]:
             add(("resources", "walltime"), f"resources.walltime: {resources.walltime!r} is not "
                 "a walltime; give a positive duration, e.g. 30m or 2h")
     return problems
+
+
+def _packing_problems(spec: Any, slurm: Any) -> list[Problem]:
+    """slurm.pack / slurm.array against the rest of the spec (docs/hpc.md, packed allocations)."""
+    out: list[Problem] = []
+    pack, array = getattr(slurm, "pack", None), bool(getattr(slurm, "array", False))
+    if pack and array:
+        out.append((("slurm", "array"), "slurm.pack and slurm.array exclude each other: packed "
+                    "trials are job steps of allocations, not array tasks; keep one of them"))
+    if getattr(slurm, "array_throttle", None) is not None and not array:
+        out.append((("slurm", "array_throttle"), "slurm.array_throttle needs slurm.array: true"))
+    if getattr(slurm, "pack_walltime", None) is not None and not pack:
+        out.append((("slurm", "pack_walltime"), "slurm.pack_walltime needs slurm.pack: K"))
+    resources = getattr(spec, "resources", None)
+    if pack and resources is not None:
+        if getattr(resources, "nodes", 1) > 1:
+            out.append((("slurm", "pack"), f"slurm.pack packs one-node trials; resources.nodes is "
+                        f"{resources.nodes}: leave pack out or set resources.nodes: 1"))
+        training = getattr(spec, "training", None)
+        if getattr(training, "horovod", "gloo") == "mpi":
+            out.append((("slurm", "pack"), "slurm.pack runs each trial as one job step whose "
+                        "launcher starts the ranks; training.horovod: mpi needs an allocation of its "
+                        "own: use horovod: gloo or leave pack out"))
+        if getattr(slurm, "pack_walltime", None) is not None:
+            try:
+                short = slurm.pack_walltime_s < resources.walltime_s
+            except (ValueError, TypeError, AttributeError):
+                short = False
+            if short:
+                out.append((("slurm", "pack_walltime"), f"slurm.pack_walltime {slurm.pack_walltime!r} "
+                            f"is shorter than resources.walltime {resources.walltime!r}: no trial "
+                            "would fit an allocation; raise it"))
+    return out

@@ -34,7 +34,7 @@ def create(name: str, *, data: DataManager | None = None, journal: Path | None =
 
             return DryRunExecutor(render=render_for_request, remote=True)
         if name == "slurm":
-            from gridml.executors.slurm.render import render_for_request as render_slurm
+            from gridml.executors.slurm.render_pack import render_for_request as render_slurm
 
             return DryRunExecutor(render=render_slurm)
         return DryRunExecutor(render=render_local)

@@ -348,6 +348,10 @@ class Slurm(_Strict):
             parse_walltime(v)
         return v
 
+    @property
+    def pack_walltime_s(self) -> int | None:
+        return parse_walltime(self.pack_walltime) if self.pack_walltime is not None else None
+
 
 class Output(_Strict):
     dataset: str | None = Field(None, description="scope:name of the study's output dataset;"

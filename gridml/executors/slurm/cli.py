@@ -165,3 +165,138 @@ def signal(job_id: str, sig: str) -> None:
         if re.search(r"invalid job id|already completing or completed|job has finished", err, re.I):
             return
         raise ExecutorError(f"scancel --signal={sig} {job_id}: {err}")
+
+
+# ---- packed allocations and job arrays (gridml.executors.slurm.pack, .array) -------------------
+@dataclass(frozen=True)
+class AllocInfo:
+    job_id: str
+    state: str
+    time_left_s: float | None  # None: unlimited or not known
+    nodes: str = ""
+
+
+def _duration_s(text: str) -> float | None:
+    """Slurm's [D-]HH:MM:SS / MM:SS / M -> seconds; None for UNLIMITED, INVALID, NOT_SET."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(?:(\d+):)?(\d+)", text.strip())
+    if not m:
+        return None
+    days, a, b, c = (int(g) if g else 0 for g in m.groups())
+    if m[2] is not None and m[3] is not None:  # H:M:S
+        h, mi, s = a, b, c
+    elif m[2] is not None:  # M:S, or D-H:M... read as M:S as squeue prints
+        h, mi, s = (a, c, 0) if m[1] else (0, a, c)
+    else:
+        h, mi, s = 0, c, 0
+    return float(days * 86400 + h * 3600 + mi * 60 + s)
+
+
+def allocations(job_ids: list[str]) -> dict[str, AllocInfo]:
+    """``squeue`` for packed allocations: state, time left, nodes; absent: gone from squeue."""
+    if not job_ids:
+        return {}
+    proc = _run(["squeue", "--noheader", "-t", "all", "-j", ",".join(job_ids),
+                 "-O", "JobID:|,State:|,TimeLeft:|,NodeList:|"], what="squeue")
+    if proc.returncode != 0:
+        err = _first_error(proc.stderr)
+        if "invalid job id" in err.lower():
+            return {}
+        raise ExecutorError(f"squeue: {err}", hint="is slurmctld up? try `sinfo`")
+    out = {}
+    for line in proc.stdout.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 4 and parts[0].isdigit():
+            out[parts[0]] = AllocInfo(parts[0], parts[1].split()[0] if parts[1] else "",
+                                      _duration_s(parts[2]), parts[3])
+    return out
+
+
+def steps(job_ids: list[str]) -> dict[str, dict[str, str]]:
+    """``squeue --steps``: allocation job id -> {step name: step id} of its running steps (not
+    the batch and extern steps)."""
+    if not job_ids:
+        return {}
+    proc = _run(["squeue", "--noheader", "--steps", "-j", ",".join(job_ids), "-o", "%i|%j"],
+                what="squeue --steps")
+    if proc.returncode != 0:
+        err = _first_error(proc.stderr)
+        if "invalid job id" in err.lower():
+            return {}
+        raise ExecutorError(f"squeue --steps: {err}", hint="is slurmctld up? try `sinfo`")
+    out: dict[str, dict[str, str]] = {j: {} for j in job_ids}
+    for line in proc.stdout.splitlines():
+        step, _, name = line.strip().partition("|")
+        job, _, sid = step.partition(".")
+        if sid.isdigit() and job in out:
+            out[job][name.strip()] = sid
+    return out
+
+
+def step_accounting(job_id: str) -> dict[str, JobInfo]:
+    """``sacct`` for the steps of a job (an allocation or an array): step name (or array job id
+    ``A_i``) -> its state and exit code. Empty where the site has no accounting."""
+    proc = _run(["sacct", "-j", job_id, "--parsable2", "--noheader",
+                 "-o", "JobID,State,ExitCode,NodeList,JobName"], what="sacct")
+    if proc.returncode != 0:
+        return {}
+    out = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) < 5 or not parts[1]:
+            continue
+        info = JobInfo(job_id=parts[0], state=parts[1].split()[0], exit_code=parts[2],
+                       nodes=parts[3], name=parts[4])
+        if "." in parts[0] and parts[0].split(".", 1)[1].isdigit():
+            out[parts[4]] = info  # a numbered step, by its name
+        elif "_" in parts[0] and "." not in parts[0]:
+            out[parts[0]] = info  # an array task, A_i
+    return out
+
+
+def array_tasks(job_id: str) -> dict[int, JobInfo]:
+    """``squeue -r`` for a job array: task index -> its state (every task, pending ones too)."""
+    proc = _run(["squeue", "--noheader", "-r", "-t", "all", "-j", job_id,
+                 "-O", "ArrayTaskID:|,State:|,Reason:|,NodeList:|,JobID:|"], what="squeue")
+    if proc.returncode != 0:
+        err = _first_error(proc.stderr)
+        if "invalid job id" in err.lower():
+            return {}
+        raise ExecutorError(f"squeue: {err}", hint="is slurmctld up? try `sinfo`")
+    out = {}
+    for line in proc.stdout.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 5 and parts[0].isdigit():
+            out[int(parts[0])] = JobInfo(job_id=f"{job_id}_{parts[0]}", state=parts[1].split()[0],
+                                         reason=parts[2], nodes=parts[3])
+    return out
+
+
+def submit_array(script: Path, array: str) -> str:
+    """``sbatch --parsable --array=RANGE SCRIPT`` -> the array's job id."""
+    proc = _run(["sbatch", "--parsable", f"--array={array}", str(script)], what=f"sbatch {script}")
+    if proc.returncode != 0:
+        raise ExecutorError(f"sbatch {script}: {_first_error(proc.stderr or proc.stdout)}",
+                            hint="see `sinfo` and the script's #SBATCH lines")
+    job_id = proc.stdout.strip().split(";")[0].strip()
+    if not job_id.isdigit():
+        raise ExecutorError(f"sbatch {script}: unexpected answer {proc.stdout.strip()!r}")
+    return job_id
+
+
+def node_states(nodes: str) -> dict[str, str]:
+    """``scontrol show node -o NODES``: node -> its state (e.g. ``ALLOCATED``,
+    ``DOWN+NOT_RESPONDING``, ``IDLE*``)."""
+    proc = _run(["scontrol", "show", "node", "-o", nodes], what="scontrol show node")
+    out = {}
+    for line in proc.stdout.splitlines():
+        name = re.search(r"NodeName=(\S+)", line)
+        state = re.search(r"\bState=(\S+)", line)
+        if name and state:
+            out[name[1]] = state[1]
+    return out
+
+
+def is_lost(state: str) -> bool:
+    """A node state meaning the node is gone: DOWN, NOT_RESPONDING (``*``), FAIL, POWERED_DOWN."""
+    s = state.upper()
+    return s.endswith("*") or any(w in s for w in ("DOWN", "NOT_RESPONDING", "FAIL"))

@@ -45,7 +45,12 @@ from gridml.executors.slurm import cli, journal
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.reach import reachable_api_url
 from gridml.executors.logs import last_error_line, tail
+from gridml.executors.slurm.array import PREFIX as ARRAYED
+from gridml.executors.slurm.array import Arrays
+from gridml.executors.slurm.pack import PREFIX as PACKED
+from gridml.executors.slurm.pack import Packer
 from gridml.executors.slurm.render import attempt_dir, job_name, render_script
+from gridml.executors.slurm.render_pack import is_array, pack_slots, step_script
 
 __all__ = ["SlurmExecutor", "job_id_of", "trial_status"]
 
@@ -61,6 +66,7 @@ PAYLOAD = {"FAILED": "the payload failed", "TIMEOUT": "it hit its walltime (reso
            "DEADLINE": "it reached its deadline"}
 OVER = ("COMPLETED", "CANCELLED", *LOST, *PAYLOAD)
 CACHE_S = 1.0  # one squeue for every job of this executor per second at most
+NODES_CACHE_S = 2.0  # a running job's node states (scontrol show node) every 2 s at most
 # what a rank's launcher prints when a peer node vanished under it (OpenMPI/ORTE, Horovod, Gloo)
 PEER_LOST = re.compile(r"lost communication with a remote daemon|ORTE daemon has unexpectedly "
                        r"failed|orted.*(died|terminated)|Connection (reset|closed) by peer|"
@@ -131,10 +137,28 @@ class SlurmExecutor:
         self._final: dict[str, TaskStatus] = {}
         self._suspect: dict[str, float] = {}  # job id -> when its failure was first seen
         self._node_timeout: float | None = None
+        self._nodes_seen: dict[str, tuple[float, list[str]]] = {}  # node list -> (when, lost)
+        self._packer: Packer | None = None  # slurm.pack (gridml.executors.slurm.pack)
+        self._arrays: Arrays | None = None  # slurm.array (gridml.executors.slurm.array)
+
+    @property
+    def packer(self) -> Packer:
+        if self._packer is None:
+            self._packer = Packer(self._journal)
+        return self._packer
+
+    @property
+    def arrays(self) -> Arrays:
+        if self._arrays is None:
+            self._arrays = Arrays(self._journal, trial_status)
+        return self._arrays
 
     # -- submit ------------------------------------------------------------------------------
     def submit(self, req: TaskRequest) -> str:
-        """Submit the attempt's job, or find the one already submitted for it."""
+        """Submit the attempt's job, or find the one already submitted for it. ``slurm.pack``:
+        queue it for a job step of a packed allocation; ``slurm.array``: for the cycle's array."""
+        if pack_slots(req.site) or is_array(req.site):
+            return self._submit_grouped(req)
         entry = journal.attempt(req.workdir, req.attempt)
         if entry.get("job_id") and not entry.get("killed"):
             return self._remember(str(entry["job_id"]), req.workdir, req.attempt)
@@ -160,6 +184,17 @@ class SlurmExecutor:
                                state="PENDING")
         log.info("trial %d attempt %d: Slurm job %s (%s)", req.trial_number, req.attempt, job_id, name)
         return self._remember(job_id, req.workdir, req.attempt)
+
+    def _submit_grouped(self, req: TaskRequest) -> str:
+        run = attempt_dir(req)
+        run.mkdir(parents=True, exist_ok=True)
+        trial_file = self._write_trial(req, run)
+        text = render_script(req, trial_file, self._bindir)
+        if self._payload_override:
+            text = _override(text, self._payload_override)
+        if pack_slots(req.site):
+            return self.packer.submit(req, step_script(text))
+        return self.arrays.submit(req, text)
 
     def _find(self, name: str, attempt: int) -> str | None:
         comment = f"gridml-attempt-{attempt}"
@@ -195,6 +230,10 @@ class SlurmExecutor:
 
     # -- follow ------------------------------------------------------------------------------
     def poll(self, handle: str) -> TaskStatus:
+        if handle.startswith(PACKED):
+            return self.packer.poll(handle.removeprefix(PACKED))
+        if handle.startswith(ARRAYED):
+            return self.arrays.poll(handle.removeprefix(ARRAYED))
         job_id = job_id_of(handle)
         if job_id in self._final:
             return self._final[job_id]
@@ -217,6 +256,8 @@ class SlurmExecutor:
             status = trial_status(info, run, killed=killed)
             if info.state == "FAILED" and not killed:
                 status = self._lost_node_or(status, info)
+            elif info.state == "RUNNING" and not killed:
+                status = self._on_lost_node(status, info, run)
             if entry.get("state") != info.state or entry.get("nodes") != info.nodes:
                 journal.update_attempt(workdir, attempt, state=info.state, nodes=info.nodes)
         if status.state in ("completed", "failed", "killed") and (info is None or info.state in OVER
@@ -258,6 +299,31 @@ class SlurmExecutor:
                               f"waiting up to {wait:.0f} s for Slurm to tell whether a node was lost")
         return status
 
+    def _on_lost_node(self, status: TaskStatus, info: cli.JobInfo, run: Path) -> TaskStatus:
+        """A running job one of whose nodes Slurm sees DOWN or NOT_RESPONDING (``scontrol show
+        node``): lost now, not after Slurm's NODE_FAIL (SlurmdTimeout) or the surviving ranks'
+        timeouts; the job is cancelled and the trial resubmitted without using a retry."""
+        if not info.nodes or info.nodes in ("(null)", "None assigned"):
+            return status
+        when, lost = self._nodes_seen.get(info.nodes, (0.0, []))
+        if time.monotonic() - when > NODES_CACHE_S:
+            try:
+                lost = sorted(n for n, s in cli.node_states(info.nodes).items() if cli.is_lost(s))
+            except ExecutorError as exc:
+                log.warning("slurm:%s: node states unknown: %s", info.job_id, exc)
+                lost = []
+            self._nodes_seen[info.nodes] = (time.monotonic(), lost)
+        if not lost:
+            return status
+        try:
+            cli.cancel(info.job_id)
+        except ExecutorError as exc:
+            log.warning("slurm:%s: not cancelled: %s", info.job_id, exc)
+        return TaskStatus("failed", f"Slurm job {info.job_id} RUNNING on {info.nodes}: node "
+                          f"{', '.join(lost)} was lost under it (Slurm marks it down), not the "
+                          "payload; resubmitted without using a retry", tail(run / "payload.log"),
+                          infrastructure=True)
+
     def _gone(self, job_id: str, run: Path, killed: bool) -> TaskStatus:
         """squeue no longer shows the job (MinJobAge passed): sacct, else its exit code file."""
         info = cli.accounting(job_id)
@@ -282,6 +348,10 @@ class SlurmExecutor:
         """scancel; the job is marked killed in the trial's journal, never followed again. If
         scancel fails the job may go on: that is logged, not raised (stopping a campaign stops
         everything else)."""
+        if handle.startswith(PACKED):
+            return self.packer.kill(handle.removeprefix(PACKED))
+        if handle.startswith(ARRAYED):
+            return self.arrays.kill(handle.removeprefix(ARRAYED))
         job_id = job_id_of(handle)
         try:
             workdir, attempt = self._where(job_id)
@@ -300,13 +370,20 @@ class SlurmExecutor:
     def dump(self, handle: str) -> None:
         """Every rank's stacks into the job's log before a stalled trial is killed: SIGUSR2 to
         the job's processes (faulthandler, payloads/runtime/entry.py; gridml/live.py)."""
+        if handle.startswith((PACKED, ARRAYED)):
+            return  # a step or an array task: its own stacks are not reachable by job id alone
         cli.signal(job_id_of(handle), "USR2")
         log.info("%s: SIGUSR2 sent (stack dump)", handle)
 
     def close(self) -> None:
         """Nothing runs in this process: jobs go on in Slurm (Ctrl-C cancels them through
-        ``kill`` first), so a `gridml serve` restart does not touch them."""
+        ``kill`` first), so a `gridml serve` restart does not touch them. Packed
+        allocations with no running step are released; a cycle's array is submitted."""
         self._seen.clear()
+        if self._packer is not None:
+            self._packer.close()
+        if self._arrays is not None:
+            self._arrays.close()
 
 
 def _override(script: str, argv: list[str]) -> str:
