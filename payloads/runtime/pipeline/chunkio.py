@@ -31,7 +31,10 @@ class DirectRows:
         self.fd, self.offsets, self.chunk_rows = fd, offsets, chunk_rows
         self.row_bytes, self.rows = row_bytes, rows
 
-    def read(self, a: int, b: int, out: np.ndarray) -> None:
+    def read(self, a: int, b: int, out: np.ndarray, fd: int | None = None) -> None:
+        """``fd``: the file's descriptor now (it changes when the file is reopened; default:
+        the one given at open)."""
+        fd = self.fd if fd is None else fd
         if not (0 <= a <= b <= self.rows):
             raise ValueError(f"rows {a}-{b} out of range (0-{self.rows})")
         view = out.data.cast("B")
@@ -42,7 +45,7 @@ class DirectRows:
             k, lo = divmod(a, c)
             z = min(b, (k + 1) * c)
             want = (z - a) * rb
-            got = os.preadv(self.fd, [view[at:at + want]], int(self.offsets[k]) + lo * rb)
+            got = os.preadv(fd, [view[at:at + want]], int(self.offsets[k]) + lo * rb)
             if got != want:
                 raise OSError(f"short read: {got} of {want} bytes at rows {a}-{z} "
                               "(the file is truncated)")

@@ -92,7 +92,9 @@ class ShardedLoader:
         return plan.steps(self.rows_per_epoch, self.batch)
 
     def pieces(self, epoch: int) -> list[plan.Piece]:
-        order = plan.block_order(len(self.src.blocks), self.seed, epoch, self.shuffle)
+        order = plan.block_order(len(self.src.blocks), self.seed, epoch, self.shuffle,
+                                 files=getattr(self.src, "block_files", None),
+                                 cycle=getattr(self.src, "shuffle_cycle", 0))
         return plan.rank_pieces(self.src.blocks, order, self.rank, self.ranks)
 
     # --- stage 1: read windows ------------------------------------------------------------

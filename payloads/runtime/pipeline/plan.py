@@ -1,6 +1,8 @@
 """The order of an epoch, a pure function of (seed, epoch, rank, ranks): shuffle and shard.
 
-1. Blocks (chunk-sized row ranges) are permuted with a generator seeded by (seed, epoch).
+1. Blocks (chunk-sized row ranges) are permuted with a generator seeded by (seed, epoch); when
+   the files outnumber what the payload holds open, the order reads from a sliding window of
+   files at a time instead (:func:`interleaved_order`).
 2. The permuted row stream is cut into ``ranks`` contiguous, equal parts (``total // ranks`` rows
    each; the ``total % ranks`` rows at the end are left out this epoch, different ones every
    epoch): rank r reads part r. Parts are disjoint, and every rank has the same row count, so
@@ -33,12 +35,47 @@ class Piece:
         return self.hi - self.lo
 
 
-def block_order(n_blocks: int, seed: int, epoch: int, shuffle: bool = True) -> list[int]:
-    """Block indices in the order of ``epoch`` (file order when not shuffling)."""
+def block_order(n_blocks: int, seed: int, epoch: int, shuffle: bool = True,
+                files: Sequence[int] | None = None, cycle: int = 0) -> list[int]:
+    """Block indices in the order of ``epoch`` (file order when not shuffling). With ``files``
+    (each block's file) and ``cycle`` > 0 fewer than the files, the order draws from at most
+    ``cycle`` files at a time (:func:`interleaved_order`)."""
     if not shuffle:
         return list(range(n_blocks))
+    if files is not None and 0 < cycle < len(set(files)):
+        return interleaved_order(files, seed, epoch, cycle)
     rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch, 0x5EED])
     return [int(i) for i in rng.permutation(n_blocks)]
+
+
+def interleaved_order(files: Sequence[int], seed: int, epoch: int, cycle: int) -> list[int]:
+    """A shuffled block order that reads from at most ``cycle`` files at a time (as tf.data's
+    ``interleave`` with ``cycle_length``, drawing at random): files enter in a random order,
+    each next block comes from one of the ``cycle`` active files chosen uniformly, in a random
+    order within the file; an exhausted file makes room for the next one. Every block once;
+    a file's blocks are spread over the stretch of the epoch the file is active in, not over the
+    whole epoch (docs/data.md, "Many files": how it compares with the full permutation)."""
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch, 0x5EED, 0xF11E])
+    f = np.asarray(files, np.int64)
+    by_file: dict[int, list[int]] = {}
+    for b in rng.permutation(len(f)):  # blocks in a random order, grouped by file
+        by_file.setdefault(int(f[b]), []).append(int(b))
+    queue = [by_file[int(k)] for k in rng.permutation(sorted(by_file))]
+    active, nxt = queue[:cycle], min(cycle, len(queue))
+    draws = rng.random(len(f))
+    out: list[int] = []
+    for u in draws:
+        j = int(u * len(active))
+        blocks = active[j]
+        out.append(blocks.pop())
+        if not blocks:
+            if nxt < len(queue):
+                active[j] = queue[nxt]
+                nxt += 1
+            else:
+                active[j] = active[-1]
+                active.pop()
+    return out
 
 
 def rows_per_rank(total_rows: int, ranks: int) -> int:

@@ -3,8 +3,9 @@
 h5py serialises every call through one lock and holds the GIL while gzip decodes, so threads
 cannot decode two chunks at once. On a GPU node the CPU cores are free for input; this reader
 uses them: ``processes`` workers (started with ``spawn``: safe after TensorFlow has started
-its threads) open the files themselves and decode whole blocks straight into slots of one
-shared-memory segment; the loader's reader thread asks for blocks in the epoch's order, up to
+its threads) open the files themselves, through their own LRU of open files bounded as the
+rank's (h5source.py :class:`OpenFiles`; descriptors are per process), and decode whole blocks
+straight into slots of one shared-memory segment; the loader's reader thread asks for blocks in the epoch's order, up to
 ``slots`` ahead (clairvoyant prefetch across processes), and copies each block out of its slot.
 """
 
@@ -20,7 +21,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from payloads.runtime.errors import InputDataError
+from payloads.runtime.errors import InputDataError, PayloadFailure
 
 Layout = dict[str, tuple[int, tuple[int, ...], str]]  # name -> (offset, shape, dtype)
 
@@ -38,30 +39,33 @@ def _requests_while_parent_lives(requests: Any, parent: int) -> Iterator[Any]:
 
 
 def _worker(paths: list[str], names: list[str], shm_name: str, slot_bytes: int,
-            requests: Any, results: Any, parent: int) -> None:
-    import h5py
+            requests: Any, results: Any, parent: int, max_open: int = 0) -> None:
+    from payloads.runtime.errors import PayloadFailure
+    from payloads.runtime.pipeline.h5source import OpenFiles, default_max_open, raise_nofile_limit
 
     shm = shared_memory.SharedMemory(name=shm_name)
-    files: dict[int, Any] = {}
+    # this process's own LRU of open files (descriptors are per process), bounded as the rank's
+    files = OpenFiles(max_open or default_max_open(raise_nofile_limit()[0]))
     try:
         for msg in _requests_while_parent_lives(requests, parent):
             seq, slot, file, start, stop = msg
             try:
-                f = files.get(file) or files.setdefault(file, h5py.File(paths[file], "r"))
-                results.put((seq, slot, _read(f, names, shm, slot * slot_bytes, start, stop),
-                             None))
+                with files.use(paths[file]) as f:
+                    results.put((seq, slot, _read(f, names, shm, slot * slot_bytes, start, stop),
+                                 None))
+            except PayloadFailure as e:  # out of descriptors, a vanished file: said as is
+                results.put((seq, slot, None, (str(e), e.code)))
             except Exception as e:
                 results.put((seq, slot, None, f"{type(e).__name__}: {' '.join(str(e).split())}"))
     finally:
-        for f in files.values():
-            f.close()
+        files.close_all()
         shm.close()
 
 
 def _read(f: Any, names: list[str], shm: Any, offset: int, start: int, stop: int) -> Layout:
     layout: Layout = {}
     for n in names:
-        d = f[n]
+        d = f.dset(n)
         shape = (stop - start, *d.shape[1:])
         arr: np.ndarray = np.ndarray(shape, d.dtype, buffer=shm.buf, offset=offset)
         if arr.size:
@@ -75,7 +79,11 @@ class ProcessReader:
     """``read_in_order(blocks)`` yields each block's arrays, decoded by worker processes."""
 
     def __init__(self, paths: list[str], names: list[str], slot_bytes: int, processes: int,
-                 slots: int | None = None) -> None:
+                 slots: int | None = None, max_open: int | None = None) -> None:
+        if max_open is None:  # the rank's bound (data.max_open_files or the default)
+            from payloads.runtime.pipeline.h5source import open_files
+
+            max_open = open_files().capacity
         ctx = mp.get_context("spawn")
         self.paths, self.slot_bytes = paths, int(slot_bytes)
         self.slots = int(slots or 3 * processes)
@@ -83,7 +91,7 @@ class ProcessReader:
         self.requests, self.results = ctx.Queue(), ctx.Queue()
         self.procs = [ctx.Process(target=_worker, daemon=True, name=f"gridml-reader-{i}",
                                   args=(paths, names, self.shm.name, self.slot_bytes,
-                                        self.requests, self.results, os.getpid()))
+                                        self.requests, self.results, os.getpid(), max_open))
                       for i in range(processes)]
         for p in self.procs:
             p.start()
@@ -114,7 +122,7 @@ class ProcessReader:
         self._drain()
         self.gen += 1
         todo, free = deque(enumerate(blocks)), deque(range(self.slots))
-        done: dict[int, tuple[int, Layout | None, str | None, Any]] = {}
+        done: dict[int, tuple[int, Layout | None, Any, Any]] = {}
         nxt = 0
         while todo or len(free) < self.slots:
             while todo and free:
@@ -125,6 +133,8 @@ class ProcessReader:
             while done[nxt][0] < 0:
                 self._collect(done)
             slot, layout, error, block = done.pop(nxt)
+            if isinstance(error, tuple):  # a PayloadFailure in the worker: its message, code
+                raise PayloadFailure(error[0], code=error[1])
             if error is not None:
                 raise InputDataError(self.paths[block.file], f"cannot read rows {block.start}-"
                                      f"{block.stop} ({error}): the file is corrupt or truncated")
