@@ -82,10 +82,31 @@ def _print_json(doc: Any) -> None:
 
 @app.command()
 def validate(spec: Path = typer.Argument(..., help="training spec (YAML)")) -> None:
-    """Check a spec: types, ranges, model file, DIDs. Exit 2 with every problem listed."""
-    loaded, _ = _load(spec)
+    """Check a spec: types, ranges, model file, DIDs, and the model built on one batch of the
+    data (when the payload's framework is importable here). Exit 2 with every problem listed."""
+    loaded, dm = _load(spec)
+    _build_check(loaded, dm)
     out.print(f"[green]ok[/]: {spec}: study {loaded.spec.name!r}, {len(loaded.spec.search.space)} "
               f"parameters, {loaded.spec.search.algorithm} search, up to {loaded.spec.search.max_trials} trials")
+
+
+def _build_check(loaded: Any, dm: Any) -> None:
+    """The model built on one batch of the data, in the payload's interpreter
+    (gridml/executors/probe.py): a problem is a SpecError (exit 2), a skip one line."""
+    from gridml.errors import SpecError
+    from gridml.executors.probe import build_check
+    from gridml.spec.loader import located, read_yaml
+
+    verdict = build_check(loaded, dm)
+    if verdict.problem is not None:
+        field, message = verdict.problem
+        _, lines = read_yaml(loaded.path)
+        raise SpecError([located(loaded.path, lines, tuple(field.split(".")), message)])
+    if verdict.skipped is not None:
+        err.print(f"build check skipped: {verdict.skipped}", highlight=False, markup=False)
+    else:
+        out.print(f"build check: {verdict.ok} ({verdict.seconds:.0f} s)", highlight=False,
+                  markup=False)
 
 
 @app.command()
@@ -148,6 +169,12 @@ def submit(spec: Path = typer.Argument(..., help="training spec (YAML)"),
     loaded, dm = _load(spec)
     server = _state.get("server") or (None if loaded.spec.backend.server == "embedded"
                                       else loaded.spec.backend.server)
+    if not dry_run and loaded.spec.backend.executor not in ("local", "dryrun"):
+        _build_check(loaded, dm)  # before a batch or grid job is spent on a bad model file
+    elif not dry_run and loaded.spec.backend.executor == "local":
+        err.print("build check skipped: backend.executor local builds the model in the first "
+                  "trial, here (a bad model file fails it once, without a retry)",
+                  highlight=False, markup=False)
     if server and not dry_run:
         return _submit_remote(loaded, server)
     if dry_run:  # reads the real store (the server's when there is one), writes nothing to it

@@ -25,8 +25,10 @@ from typing import Any
 from gridml import planner
 from gridml.data import open_data_manager
 from gridml.data.base import DataManager, FileInfo
-from gridml.errors import ConflictError, GridmlError, NotFoundError, SpecError, UsageError
+from gridml.errors import (ConflictError, GridmlError, NotFoundError, PayloadError, SpecError,
+                           UsageError)
 from gridml.executors.base import Executor, StudyDriver, TaskRequest, TaskStatus
+from gridml.executors.failures import repeated_failure
 from gridml.layout import RunsLayout, StudyPaths
 from gridml.live import LiveChannel
 from gridml.search.study import propose
@@ -80,6 +82,11 @@ def ensure_study(store: MetricsStore, loaded: LoadedSpec) -> Study:
     except NotFoundError:
         return store.create_study(loaded.spec.name, loaded.resolved(), loaded.hash)
     check_same_campaign(study, loaded)
+    # the same campaign with other budget or backend fields (max_trials raised, then submitted
+    # again): the stored spec is the one it now runs with (`gridml status` shows it)
+    spec = {**{k: v for k, v in study.spec.items() if k.startswith("x_")}, **loaded.resolved()}
+    if spec != study.spec:
+        study = store.update_study_spec(study.id, spec, loaded.hash)
     return study
 
 
@@ -110,6 +117,8 @@ class Campaign:
     _exhausted: bool = field(init=False, default=False)  # the searcher has nothing new left
     _done_at: float | None = field(init=False, default=None)  # external: all trials finished
     _cancelled: set[int] = field(init=False, default_factory=set)  # `gridml stop --now` sent
+    # backend.max_same_failures trials failed with one error: why the campaign stopped
+    stopped_by: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if (self.executor is None) == (self.driver is None):
@@ -139,6 +148,10 @@ class Campaign:
         except KeyboardInterrupt:
             self.interrupt()
             raise
+        if self.stopped_by is not None:  # the same error again and again: one line, exit 1
+            self.store.set_study_state(self.study.id, "failed")
+            raise PayloadError(self.stopped_by, hint=f"fix what it names and submit again under "
+                               f"a new name; see `gridml status {self.study.name}`")
         if self.store.get_study(self.study.id).state not in ("stopping", "stopped"):
             self.store.set_study_state(self.study.id, "finished")
         return self.study
@@ -164,6 +177,12 @@ class Campaign:
             self._follow(trial)
         if following:  # (the store changes only for trials that ran)
             trials = self.store.list_trials(self.study.id)
+        if self.stopped_by is None:
+            self.stopped_by = self.same_failures(trials)
+        if self.stopped_by is not None:  # no new trial; the running ones end (none is killed)
+            if self.on_cycle:
+                self.on_cycle(self.study, trials)
+            return not any(t.state in FOLLOWED for t in trials)
         if not stopping:  # a stopping study takes no new trials
             if self._fill_slots(trials):
                 trials = self.store.list_trials(self.study.id)
@@ -190,6 +209,17 @@ class Campaign:
 
     def _closed(self) -> bool:
         return self.store.get_study(self.study.id).state == "closed"
+
+    def same_failures(self, trials: list[Trial]) -> str | None:
+        """Why the campaign must stop: ``backend.max_same_failures`` of its trials failed with
+        the same error (gridml.executors.failures.signature), else None."""
+        limit = self.spec.backend.max_same_failures
+        same = repeated_failure((t.error for t in trials if t.state == "failed"), limit)
+        if same is None:
+            return None
+        line, n = same
+        return (f"study {self.study.name} stopped: {n} trials failed with the same error "
+                f"(backend.max_same_failures: {limit}): {line}")
 
     # ---- proposing and submitting ---------------------------------------------------------
     def _fill_slots(self, trials: list[Trial]) -> bool:
@@ -424,7 +454,11 @@ class Campaign:
             error = f"no {self.spec.search.objective!r} reported by the payload"
         if status.log_tail:
             error += "\n" + status.log_tail
-        if trial.attempts <= self.spec.backend.retries + self._interruptions(trial):
+        if status.deterministic:  # certain to fail again (exit 2, an import error): no retry
+            log.warning("trial %d failed, not retried (it would fail the same way): %s",
+                        trial.number, error)
+            self.store.update_trial(trial.id, state="failed", error=error, finished=now())
+        elif trial.attempts <= self.spec.backend.retries + self._interruptions(trial):
             log.warning("trial %d failed (attempt %d), retrying: %s", trial.number, trial.attempts, error)
             self.store.update_trial(trial.id, state="queued", error=error)
         else:

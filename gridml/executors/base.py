@@ -42,6 +42,10 @@ class TaskStatus:
     # True: the infrastructure lost the task (node lost, preempted, killed on request), not the
     # payload: the controller resubmits it without using up one of the trial's retries.
     infrastructure: bool = False
+    # True: the payload failed in a way certain to repeat (exit code 2: a bad model file, trial
+    # file or spec field; an import error in the model file: gridml.executors.failures): the
+    # controller fails the trial without a retry.
+    deterministic: bool = False
 
 
 class Executor(Protocol):

@@ -18,6 +18,7 @@ from pathlib import Path
 from gridml.errors import ExecutorError
 from gridml.executors import container
 from gridml.executors.base import TaskRequest, TaskStatus
+from gridml.executors.failures import deterministic
 from gridml.executors.logs import exit_message, tail
 from gridml.planner import local_payload_command
 
@@ -136,8 +137,9 @@ class LocalExecutor:
                 return TaskStatus("completed")
             log_tail = tail(run / "payload.log")
             # torchrun's summary (~40 lines) names the failed rank and its code or signal
-            return TaskStatus("failed", exit_message(code, tail(run / "payload.log", 100)),
-                              log_tail)
+            longer = tail(run / "payload.log", 100)
+            return TaskStatus("failed", exit_message(code, longer), log_tail,
+                              deterministic=deterministic(code, longer))
         pid = self._pid(run)
         if pid is not None and _alive(pid):
             return TaskStatus("running")

@@ -31,7 +31,10 @@ def resolve_model_path(spec: Spec, spec_path: Path) -> Path:
 
 
 # hooks a torch model file may define (payloads/runtime/torch_model.py): name -> arguments
-TORCH_HOOKS = {"loss": ("outputs", "labels"), "training_step": ("model", "batch", "loss_fn")}
+TORCH_HOOKS = {"loss": ("outputs", "labels"), "training_step": ("model", "batch", "loss_fn"),
+               "metrics": ("y_true", "y_score", "weights")}
+# hooks a model file of either framework may define (payloads/runtime/core.py: metric_hook)
+HOOKS = {"metrics": TORCH_HOOKS["metrics"]}
 
 
 def _takes(node: ast.FunctionDef | ast.AsyncFunctionDef, n: int) -> bool:
@@ -45,7 +48,8 @@ def _takes(node: ast.FunctionDef | ast.AsyncFunctionDef, n: int) -> bool:
 
 def check_model_file(path: Path, framework: str = "keras") -> list[Problem]:
     """The file exists, parses, and defines build_model(hparams, input_shape) at top level;
-    for torch, the optional hooks ``loss`` and ``training_step`` take the right arguments."""
+    the optional hook ``metrics(y_true, y_score, weights)`` (both frameworks) and, for torch,
+    ``loss`` and ``training_step`` take the right arguments."""
     loc: Loc = ("payload", "model")
     returns = "torch.nn.Module" if framework == "torch" else "keras.Model"
     if not path.is_file():
@@ -65,7 +69,7 @@ def check_model_file(path: Path, framework: str = "keras") -> list[Problem]:
             found = True
             if not _takes(node, 2):
                 problems.append((loc, f"{path}:{node.lineno}: build_model must take (hparams, input_shape)"))
-        elif framework == "torch" and node.name in TORCH_HOOKS:
+        elif node.name in (TORCH_HOOKS if framework == "torch" else HOOKS):
             args = TORCH_HOOKS[node.name]
             if not _takes(node, len(args)):
                 problems.append((loc, f"{path}:{node.lineno}: the {node.name} hook must take "

@@ -305,6 +305,9 @@ class Backend(_Strict):
     stall_timeout: str | int = Field(
         "30m", description="a running trial that finishes no batch this long is stalled: its "
         "stack is dumped to its log, it is killed and retried once (progress.json, gridml/live.py)")
+    max_same_failures: int = Field(
+        3, ge=1, description="the campaign stops once this many trials have failed with the "
+        "same error (a bad model file fails every trial alike)")
 
     @field_validator("heartbeat_timeout", "stall_timeout")
     @classmethod

@@ -99,6 +99,9 @@ class RemoteStore:
     def set_study_state(self, study_id: int, state: str) -> None:
         self._read_only(f"set the state of study {study_id}")
 
+    def update_study_spec(self, study_id: int, spec: dict[str, Any], spec_hash: str) -> Study:
+        self._read_only(f"update the spec of study {study_id}")
+
     def create_trial(self, study_id: int, hparams: dict[str, Any], *, source: str = "searcher",
                      state: str = "queued") -> Trial:
         self._read_only(f"create a trial of study {study_id}")

@@ -24,9 +24,26 @@ def build(path: Path, hparams: dict[str, Any], input_shape: Any) -> Any:
 
     model = load_build_model(path)(dict(hparams), input_shape)
     if not isinstance(model, keras.Model):
-        raise PayloadFailure(f"model file {path}: build_model returned "
-                             f"{type(model).__name__}, not a keras.Model")
+        raise PayloadFailure(not_a_keras_model(path, model), code=2)
     return model
+
+
+def not_a_keras_model(path: Path, model: Any) -> str:
+    """Why ``model`` is refused, in one line with the fix; a model of the standalone
+    ``tf_keras`` package (or of Keras 3) is named as such."""
+    kind = type(model)
+    origin = (kind.__module__ or "").split(".", 1)[0]
+    if origin == "tf_keras":
+        return (f"model file {path}: build_model returned a tf_keras {kind.__name__} (the "
+                "standalone tf_keras package), not a keras.Model of the payload's TensorFlow; "
+                "build it with tensorflow.keras (`from tensorflow import keras`, Keras 2.15, as "
+                "the payload does) instead of tf_keras")
+    if origin == "keras" and not kind.__module__.startswith(("keras.src.engine", "keras.engine")):
+        return (f"model file {path}: build_model returned a Keras 3 {kind.__name__} "
+                f"({kind.__module__}), not a keras.Model of the payload's TensorFlow (Keras "
+                "2.15); build it with tensorflow.keras (`from tensorflow import keras`)")
+    return (f"model file {path}: build_model returned {kind.__name__}, not a keras.Model "
+            "(payload.framework is keras): return the model built with tensorflow.keras")
 
 
 def adapt_normalization(model: Any, samples: list[Any], names: list[str] | None = None) -> int:

@@ -31,6 +31,7 @@ from gridml.errors import DuplicateTaskError, ExecutorError, GridmlError, NotFou
 from gridml.executors.panda import client as pc
 from gridml.executors.panda import journal
 from gridml.executors.base import TaskRequest, TaskStatus
+from gridml.executors.failures import deterministic
 from gridml.executors.panda.outputs import collect_outputs, log_tail
 from gridml.executors.panda.render import PandaTask, render_task_params
 from gridml.executors.panda.request import render_for_request, resolve_nickname, task_from_request
@@ -161,7 +162,9 @@ class PandaExecutor:
         if state == "completed":
             return self._completed(params, task_id, output_dir, message)
         if state in ("failed", "killed"):
-            return TaskStatus(state, message, log_tail=self._log_tail(params, task_id))
+            tail = self._log_tail(params, task_id)  # the payload's log: no exit code beside it
+            return TaskStatus(state, message, log_tail=tail,
+                              deterministic=state == "failed" and deterministic(None, tail))
         return TaskStatus(state, message)
 
     def _not_found(self, handle: str, task_id: int, exc: NotFoundError) -> TaskStatus:

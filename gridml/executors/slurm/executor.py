@@ -43,6 +43,7 @@ from typing import Any
 from gridml.errors import ExecutorError
 from gridml.executors.slurm import cli, journal
 from gridml.executors.base import TaskRequest, TaskStatus
+from gridml.executors.failures import deterministic
 from gridml.executors.reach import reachable_api_url
 from gridml.executors.logs import last_error_line, tail
 from gridml.executors.slurm.array import PREFIX as ARRAYED
@@ -114,7 +115,8 @@ def trial_status(info: cli.JobInfo, run: Path, *, killed: bool = False) -> TaskS
     if state == "FAILED" and code is not None:
         why = f"the payload exited with code {code}"
     last = last_error_line(log_tail) if state == "FAILED" else ""
-    return TaskStatus("failed", f"{head}: {why}" + (f": {last}" if last else ""), log_tail)
+    return TaskStatus("failed", f"{head}: {why}" + (f": {last}" if last else ""), log_tail,
+                      deterministic=state == "FAILED" and deterministic(code, log_tail))
 
 
 class SlurmExecutor:
@@ -339,7 +341,8 @@ class SlurmExecutor:
         if code is not None:
             last = last_error_line(log_tail)
             return TaskStatus("failed", f"Slurm job {job_id}: the payload exited with code {code}"
-                              + (f": {last}" if last else ""), log_tail)
+                              + (f": {last}" if last else ""), log_tail,
+                              deterministic=deterministic(code, log_tail))
         return TaskStatus("failed", f"Slurm job {job_id} is gone from the queue without an exit "
                                     "code and this site keeps no accounting (sacct)", log_tail)
 

@@ -106,6 +106,19 @@ class SqlStore(TokensMixin):
         with self._write() as s:
             self._study_row(s, study_id).state = state
 
+    def update_study_spec(self, study_id: int, spec: dict[str, Any], spec_hash: str) -> Study:
+        """Replace the stored spec of the same campaign (``spec_hash`` equal to the study's):
+        what the hash leaves out may change (search.max_trials, parallel, the backend)."""
+        with self._write() as s:
+            row = self._study_row(s, study_id)
+            if row.spec_hash != spec_hash:
+                raise ConflictError(f"study '{row.name}' was made from another spec (hash "
+                                    f"{row.spec_hash}, not {spec_hash})",
+                                    hint="give this campaign a new name")
+            row.spec = dict(spec)  # a new object: the JSON column sees the change
+            s.flush()
+            return convert.to_study(row)
+
     # -- trials --------------------------------------------------------------------------------
     def create_trial(self, study_id: int, hparams: dict[str, Any], *, source: str = "searcher",
                      state: str = "queued") -> Trial:
