@@ -122,7 +122,7 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
                            views=tuple(i.model_dump(mode="json") for i in spec.data.inputs or ()
                                        if not isinstance(i, str)),
                            train=tuple(train), validation=tuple(validation),
-                           test=tuple(test or ())),
+                           test=tuple(test or ()), max_open_files=spec.data.max_open_files),
         inputs=tuple(inputs), output_dir=Path(output_dir),
         seed=trial_seed(spec.search.seed, trial.number),
         resources=contract.Resources(cores=spec.resources.cores, gpus=spec.resources.gpus,

@@ -93,6 +93,9 @@ class Data:
     # data.test's staged files: evaluated once after training (result.json "test", roc_test.*),
     # never reported as an epoch metric; written only when given (older payloads read the rest)
     test: tuple[str, ...] = ()
+    # data.max_open_files: input files each payload process holds open at a time (None: sized
+    # from the soft RLIMIT_NOFILE; pipeline/h5source.py); written only when given
+    max_open_files: int | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ class TrialDoc:
         doc.pop("path")
         if not doc["data"]["test"]:
             doc["data"].pop("test")
+        if doc["data"].get("max_open_files") is None:
+            doc["data"].pop("max_open_files", None)
         return doc
 
     def dumps(self) -> str:
