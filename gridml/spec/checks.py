@@ -135,6 +135,10 @@ def check_search(spec: Spec) -> list[Problem]:
 def check_dids(spec: Spec, exists: Callable[[str], bool]) -> list[Problem]:
     """Every input DID is well-formed and known to the data backend."""
     problems: list[Problem] = []
+    if spec.data.test is not None and spec.backend.executor in ("panda", "phpo"):
+        problems.append((("data", "test"), f"the {spec.backend.executor} executor does not stage "
+                         "a test split into grid jobs yet; remove data.test, or run the campaign "
+                         "with executor local or slurm"))
     for which in ("train", "validation", "test"):
         for i, did in enumerate(spec.data.dids(which)):
             loc: Loc = ("data", which) if isinstance(getattr(spec.data, which), str) else ("data", which, i)
@@ -150,7 +154,8 @@ def check_dids(spec: Spec, exists: Callable[[str], bool]) -> list[Problem]:
             parse_did(spec.output.dataset)
         except GridmlError as exc:
             problems.append((("output", "dataset"), str(exc)))
-    return problems
+    from gridml.data.limits import check_open_files  # input files vs the open-files limit
+    return problems + check_open_files(spec, exists)
 
 
 def check_launcher(spec: Spec) -> list[Problem]:

@@ -137,13 +137,52 @@ class ValidationFigures:
             out.update({f"val_{k}": float(v) for k, v in got.items()})
         return out
 
-    def write(self, out: Path, title: str) -> None:
-        """roc.json, roc.png, scores.png from the last epoch's merged histograms."""
+    def write(self, out: Path, title: str, suffix: str = "") -> None:
+        """roc.json, roc.png, scores.png from the last epoch's merged histograms (``suffix``
+        "_test": roc_test.json, ... of the test split's)."""
         if self.hist is None or self.disc is None:
             return
         levels = sorted({50, 70, 90} | {round(100 * (figures.rejection_level(n) or 0))
                                          for n in self.names if figures.rejection_level(n)})
-        figures.write_artifacts(out, self.hist, self.disc, levels, title, self.output)
+        figures.write_artifacts(out, self.hist, self.disc, levels, title, self.output,
+                                suffix=suffix)
+
+
+TEST_FIGURES = ("auc", "rejection_at_50", "rejection_at_70", "rejection_at_90")
+TEST_FILES = ("roc_test.json", "roc_test.png", "scores_test.png")
+
+
+def test_figures(cfg: TrialDoc, output: str, hook: Callable[..., Any] | None,
+                 hook_names: list[str]) -> ValidationFigures:
+    """The figures of the test split (data.test): those of validation, and always ``auc`` and
+    the rejections at 50, 70 and 90 %."""
+    fig = ValidationFigures(cfg, output, hook, hook_names)
+    fig.names += [n for n in TEST_FIGURES if n not in {m.lower() for m in fig.names}]
+    return fig
+
+
+class SplitEvaluation:
+    """The one evaluation of the trained model on data.test (both loops, every rank computes,
+    rank 0 keeps it in :attr:`TrialCore.test`): ``metrics`` without a prefix (``loss``, the
+    framework's metrics, ``auc``, ``rejection_at_NN``, the metrics hook's names), computed by
+    the validation code on the test split; ``fig`` its merged histograms. Written by
+    :meth:`TrialCore.finish` as roc_test.json, roc_test.png, scores_test.png and result.json's
+    ``test``: never an epoch report, so never an objective and never seen by the searcher."""
+
+    def __init__(self, metrics: dict[str, Any], fig: ValidationFigures | None, rows: int) -> None:
+        self.metrics = {k.removeprefix("val_"): float(v) for k, v in metrics.items()}
+        self.fig, self.rows = fig, rows
+
+    def write(self, out: Path, title: str) -> dict[str, Any]:
+        """The test figures' files in ``out``; returns result.json's ``test`` entry."""
+        for name in TEST_FILES:
+            (out / name).unlink(missing_ok=True)  # an earlier attempt's
+        if self.fig is not None:
+            self.fig.write(out, f"{title} (test)", suffix="_test")
+        log.info("test split (%d rows): %s", self.rows,
+                 " ".join(f"{k}={v:.4g}" for k, v in self.metrics.items()))
+        return {"metrics": figures.jsonable(self.metrics), "rows": self.rows,
+                "files": [n for n in TEST_FILES if (out / n).exists()]}
 
 
 def metric_hook(cfg: TrialDoc, module: Any, known: tuple[str, ...]) -> tuple[
@@ -220,6 +259,7 @@ class TrialCore:
         self.costs = dict(costs or {})
         self.checkpoints = bool(cfg.training.options.checkpoint)
         self.stop_reason: str | None = None
+        self.test: SplitEvaluation | None = None  # rank 0: the evaluation on data.test
         # rank 0's progress.json in the trial's folder (payloads/runtime/channel.py)
         self.progress = channel.Progress(cfg.output_dir.parent) if rank == 0 else None
 
@@ -356,6 +396,7 @@ class TrialCore:
         if self.figures is not None:
             self.figures.write(out, f"{title} (validation)")
             outputs.onnx_metadata(out / "model.onnx", {"gridml.output": kind or ""})
+        test = {"test": self.test.write(out, title)} if self.test is not None else {}
         used = {**runtime(), **saved, "posted_epochs": reporter.posted,
                 "unposted_epochs": reporter.failed, "output": kind}
         outputs.write_json(out / "provenance.json",
@@ -365,7 +406,7 @@ class TrialCore:
             state = "diverged"  # (training.stop_on_nan) the controller records it so
         outputs.write_json(out / "result.json", {
             "state": state, "objective_metrics": final, "epochs": epochs_done,
-            "reason": self.stop_reason})
+            "reason": self.stop_reason, **test})
         log.info("trial finished (%s) after %d epochs: %s", state, epochs_done, out)
 
 

@@ -228,10 +228,11 @@ def class_weights(option: Any, cls: np.ndarray, w: np.ndarray | None,
 
 # ---- artifacts ----------------------------------------------------------------------------------
 def write_artifacts(out: Path, hist: np.ndarray, disc: Discriminant, levels: list[int],
-                    title: str, output_kind: str) -> dict[str, Any]:
+                    title: str, output_kind: str, suffix: str = "") -> dict[str, Any]:
     """``roc.json`` (the curve at the bin edges, thinned; AUC; rejections at ``levels`` %),
     ``roc.png`` (rejection vs signal efficiency, log y) and ``scores.png`` (per-class weighted
-    normalised histograms of d) in ``out``; returns roc.json's content."""
+    normalised histograms of d) in ``out``; returns roc.json's content. ``suffix`` goes before
+    the extension (``_test``: roc_test.json, roc_test.png, scores_test.png of the test split)."""
     from payloads.runtime.outputs import write_json
 
     sig, bkg = sig_bkg(hist, disc)
@@ -248,9 +249,9 @@ def write_artifacts(out: Path, hist: np.ndarray, disc: Discriminant, levels: lis
             "output": output_kind, "bins": BINS, "range": [-D_MAX, D_MAX],
             "binning_error": {f"rejection_at_{n}": rejection_error(sig, bkg, n / 100)
                               for n in levels}}
-    write_json(out / "roc.json", _finite(body))
+    write_json(out / f"roc{suffix}.json", _finite(body))
     try:
-        _plots(out, hist, eff_s, eff_b, title)
+        _plots(out, hist, eff_s, eff_b, title, suffix)
     except Exception as e:  # a plot is never worth a failed trial
         import logging
 
@@ -268,7 +269,13 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _plots(out: Path, hist: np.ndarray, eff_s: np.ndarray, eff_b: np.ndarray, title: str) -> None:
+def jsonable(obj: Any) -> Any:
+    """``obj`` with NaN as null and infinities as "inf"/"-inf" (strict JSON, as roc.json)."""
+    return _finite(obj)
+
+
+def _plots(out: Path, hist: np.ndarray, eff_s: np.ndarray, eff_b: np.ndarray, title: str,
+           suffix: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -283,7 +290,7 @@ def _plots(out: Path, hist: np.ndarray, eff_s: np.ndarray, eff_b: np.ndarray, ti
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     fig.subplots_adjust(left=0.16, bottom=0.13, right=0.97, top=0.92)  # tight_layout: 10x slower
-    fig.savefig(out / "roc.png", dpi=100)
+    fig.savefig(out / f"roc{suffix}.png", dpi=100)
     plt.close(fig)
 
     used = np.nonzero(hist.sum(0))[0]
@@ -304,5 +311,5 @@ def _plots(out: Path, hist: np.ndarray, eff_s: np.ndarray, eff_b: np.ndarray, ti
     ax.set_title(title)
     ax.legend()
     fig.subplots_adjust(left=0.16, bottom=0.13, right=0.97, top=0.92)
-    fig.savefig(out / "scores.png", dpi=100)
+    fig.savefig(out / f"scores{suffix}.png", dpi=100)
     plt.close(fig)

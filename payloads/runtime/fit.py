@@ -94,7 +94,7 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
     import horovod.tensorflow as htf  # the object collectives live here, not in .keras
 
     from payloads.runtime import keras_figures as kf
-    from payloads.runtime.core import ValidationFigures, weight_factors
+    from payloads.runtime.core import ValidationFigures, test_figures, weight_factors
 
     hook, hook_names, keras_names = keras_metric_names(cfg)
     model = build_model(cfg, data, hvd, keras_names)
@@ -102,6 +102,8 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
     classifier = "crossentropy" in str(cfg.training.loss).lower()
     fig = (ValidationFigures(cfg, "probability", hook, hook_names)
            if data.val is not None and (classifier or hook is not None) else None)
+    tfig = (test_figures(cfg, "probability", hook, hook_names)
+            if data.test is not None and (classifier or hook is not None) else None)
     ckpt = Checkpointer(cfg.output_dir / "checkpoint")
     core = TrialCore(cfg, hvd.rank(), make_reporter(cfg) if hvd.rank() == 0 else None,
                      lambda obj: htf.broadcast_object(obj, 0),
@@ -112,6 +114,7 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
     epochs = cfg.training.epochs
     train_ds, val_ds = _datasets(data, plan, start, epochs)
     weighted = bool(cfg.data.weights) or cfg.training.class_weights not in (None, "", {})
+    k = 2
     if weighted:  # event weight x class factor, average 1 (core.weight_factors)
         y, w = _columns(data.train, cfg)
         k = _n_classes(cfg, y)
@@ -121,11 +124,14 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
             vw = _columns(data.val, cfg)[1]  # validation: the event weights, average 1
             mean = float(vw.mean()) if vw is not None and len(vw) else 1.0
             val_ds = kf.train_weights(val_ds, True, None, 1.0 / mean if mean > 0 else 1.0, k)
-    figs = None
-    if fig is not None and data.val is not None:
+    figs, hist = None, None
+    if fig is not None or tfig is not None:  # validation's and/or the test split's figures
         n_out = int(model.outputs[0].shape[-1] or 1) if model.outputs[0].shape.rank > 1 else 1
-        hist = kf.Histogram(fig, n_out)
+        if tfig is not None:
+            tfig.setup(n_out)
+        hist = kf.Histogram(fig or tfig, n_out)  # type: ignore[arg-type]
         kf.install(model, hist)
+    if fig is not None and data.val is not None and hist is not None:
 
         def val_x() -> Any:  # the hook's prediction pass: the features of this rank's shard
             from payloads.runtime.pipeline.inputs import tf_dataset
@@ -143,6 +149,7 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
                   validation_steps=data.val.steps_per_epoch if data.val else None,
                   callbacks=cb, verbose=cfg.training.options.verbose if hvd.rank() == 0
                   else 0)
+    _evaluate_test(cfg, plan, data, model, htf, hvd.rank(), core, hist, tfig, hook, k)
     if hvd.rank() == 0:
         profiler = cb[-1].profiler
 
@@ -157,13 +164,58 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
     return 0
 
 
-def _val_columns(data: Any, cfg: TrialDoc) -> tuple[Any, Any]:
-    """This rank's validation labels and weights in the order its validation pass reads them
-    (one unshuffled pass over its shard)."""
+def _evaluate_test(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, model: Any, htf: Any,
+                   rank: int, core: TrialCore, hist: Any, tfig: Any, hook: Any, k: int) -> None:
+    """Every rank, after training: one pass of ``model.evaluate`` over data.test (the compiled
+    loss and metrics averaged over ranks, weighted like validation), the figures of merit from
+    the summed histograms and the metrics hook on every rank's scores; rank 0 keeps them for
+    the outputs (core.SplitEvaluation), never as an epoch report."""
+    import numpy as np
+    import tensorflow as tf
+
+    from payloads.runtime import keras_figures as kf
+    from payloads.runtime.core import SplitEvaluation
+    from payloads.runtime.pipeline.inputs import tf_dataset
+
+    if data.test is None:
+        return
+    if data.test.steps_per_epoch == 0:
+        log.warning("data.test has fewer rows than ranks: no test figures")
+        return
+    ds = tf_dataset(data.test, None, threads.dataset_options(plan))
+    if cfg.data.weights:  # as validation: the event weights, average 1
+        tw = _columns(data.test, cfg)[1]
+        mean = float(tw.mean()) if tw is not None and len(tw) else 1.0
+        ds = kf.train_weights(ds, True, None, 1.0 / mean if mean > 0 else 1.0, k)
+    if hist is not None:
+        hist.reset()
+    got = model.evaluate(ds, steps=data.test.steps_per_epoch, verbose=0, return_dict=True)
+    names = sorted(got)
+    mean_logs = np.asarray(htf.allreduce(tf.constant([float(got[n]) for n in names], tf.float64),
+                                         op=htf.Average))
+    logs = dict(zip(names, (float(v) for v in mean_logs)))
+    if tfig is not None and hist is not None:
+        merged = np.asarray(htf.allreduce(hist.var, op=htf.Sum)).reshape(hist.k, -1)
+        gathered = None
+        if hook is not None:
+            x = tf_dataset(data.test, None, threads.dataset_options(plan)).map(lambda x, *r: x)
+            scores = model.predict(x, verbose=0)
+            y, w = _val_columns(data, cfg, data.test)
+            gathered = htf.allgather_object((y, scores, w))
+        if rank == 0:
+            logs.update({k_.removeprefix("val_"): v
+                         for k_, v in tfig.metrics(merged, gathered).items()})
+    if rank == 0:
+        core.test = SplitEvaluation(logs, tfig, data.test.src.total_rows)
+
+
+def _val_columns(data: Any, cfg: TrialDoc, loader: Any = None) -> tuple[Any, Any]:
+    """This rank's validation (or ``loader``'s) labels and weights in the order its validation
+    pass reads them (one unshuffled pass over its shard)."""
     import numpy as np
 
     ys, ws = [], []
-    for slab in data.val.slabs([0]):
+    for slab in (loader or data.val).slabs([0]):
         ys.append(slab[cfg.data.labels].reshape(-1, *slab[cfg.data.labels].shape[2:]).copy())
         if cfg.data.weights:
             ws.append(slab[cfg.data.weights].reshape(-1).copy())

@@ -25,10 +25,11 @@ class Data:
     train: inputs.ShardedLoader
     val: inputs.ShardedLoader | None
     sources: list[H5Source] = field(default_factory=list)
+    test: inputs.ShardedLoader | None = None  # data.test: one pass after training
 
     @property
     def loaders(self) -> list[inputs.ShardedLoader]:
-        return [x for x in (self.train, self.val) if x is not None]
+        return [x for x in (self.train, self.val, self.test) if x is not None]
 
     def first_error(self) -> BaseException | None:
         return next((ld.error for ld in self.loaders if ld.error is not None), None)
@@ -160,10 +161,12 @@ def open_data(cfg: TrialDoc, rank: int, ranks: int, processes: int = 0,
                   gather_threads=gather)
     tl = _loader(train, cfg, True, lay, processes=processes, **common)
     vl = _loader(val, cfg, False, lay, **common) if val else None
+    test = H5Source(list(cfg.data.test), _columns(cfg, lay)) if cfg.data.test else None
+    el = _loader(test, cfg, False, lay, **common) if test else None
     if tl.steps_per_epoch == 0:
         raise PayloadFailure(f"data.train has {train.total_rows} rows: fewer than one per rank "
                              f"for {ranks} ranks", code=3)
-    return Data(tl, vl, [s for s in (train, val) if s is not None])
+    return Data(tl, vl, [s for s in (train, val, test) if s is not None], el)
 
 
 def _input_shape(loader: inputs.ShardedLoader, feats: list[str]) -> Any:

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 from payloads.runtime import costs, gpu, outputs, preempt, profile, threads, torch_model
-from payloads.runtime.core import (TrialCore, ValidationFigures, metric_hook, run_guarded,
-                                   weight_factors)
+from payloads.runtime.core import (SplitEvaluation, TrialCore, ValidationFigures, metric_hook,
+                                   run_guarded, test_figures, weight_factors)
 from payloads.runtime.checkpoint import EXTRA, Checkpointer, _pickle
 from payloads.runtime.errors import CONTINUE_CODE
 from payloads.runtime.session import (Data, _input_shape, gather_threads, make_reporter, open_data,
@@ -221,6 +221,9 @@ class Trainer:
         self.figures = (ValidationFigures(cfg, "logit" if m.logits else "probability", hook,
                                           hook_names)
                         if data.val is not None and (m.logits or hook is not None) else None)
+        self.test_figures = (test_figures(cfg, "logit" if m.logits else "probability", hook,
+                                          hook_names)
+                             if data.test is not None and (m.logits or hook is not None) else None)
         self.class_w, self.w_scale = self._weighting()
         self.ckpt = ckpt = TorchCheckpointer(cfg.output_dir / "checkpoint")
         self.core = TrialCore(
@@ -472,6 +475,25 @@ class Trainer:
         return {"cache": self.data.train.cache.stats(), "device": str(self.device),
                 "precision": self.precision}
 
+    def evaluate_test(self) -> None:
+        """Every rank, after training: one pass over data.test with the validation code (its
+        loss, metrics, figures of merit and hook, over all ranks); rank 0 keeps the result for
+        the outputs (core.SplitEvaluation), never as an epoch report."""
+        test = self.data.test
+        if test is None:
+            return
+        if test.steps_per_epoch == 0:
+            log.warning("data.test has fewer rows than ranks: no test figures")
+            return
+        val, fig = self.data.val, self.figures
+        self.data.val, self.figures = test, self.test_figures
+        try:
+            logs = self.validate()
+        finally:
+            self.data.val, self.figures = val, fig
+        if self.ranks.rank == 0:
+            self.core.test = SplitEvaluation(logs, self.test_figures, test.src.total_rows)
+
     # ---- rank 0: the outputs -------------------------------------------------------------------
     def finish(self) -> None:
         cfg = self.cfg
@@ -568,6 +590,7 @@ def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
         trainer.fit()
         if trainer.core.continued:  # checkpointed mid-epoch on a signal: continue me
             return CONTINUE_CODE
+        trainer.evaluate_test()  # every rank: data.test, once (never an epoch report)
         if ranks.rank == 0:
             trainer.finish()
         return 0

@@ -1,5 +1,6 @@
 """Weights, collections with masks, figures of merit and their artifacts, through the real
-payloads: torch under torchrun (2 ranks, gloo) and Keras under horovodrun (2 ranks)."""
+payloads: torch under torchrun (2 ranks, gloo) and Keras under horovodrun (2 ranks); the test
+split (data.test, here the validation files again) evaluated once after training."""
 
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def test_torch_collection_mask_weights_and_rejection(tmp_path: Path, data) -> No
         tmp_path, train, val, model_file=str(model), hparams={"learning_rate": 0.01},
         data={"features": ["x", "points", "tracks"], "collections": ["tracks"],
               "views": [{"name": "points", "collection": "tracks", "columns": ["dr"]}],
-              "weights": "w"},
+              "weights": "w", "test": [str(p) for p in val]},
         training={"framework": "torch", "epochs": 2, "batch_size": 64,
                   "metrics": ["accuracy", "auc", "rejection_at_50", "mean_sig_score"],
                   "class_weights": "balanced"})
@@ -147,6 +148,27 @@ def test_torch_collection_mask_weights_and_rejection(tmp_path: Path, data) -> No
     assert meta["gridml.output"] == "logit"
     assert [i.name for i in onnx.load(str(out / "model.onnx")).graph.input] == [
         "x", "points", "tracks", "tracks_mask"]
+    _check_test_split(out, reports, "logit")
+
+
+def _check_test_split(out: Path, reports: list[dict], output: str) -> None:
+    """data.test is the validation files: the one evaluation after training (same model as
+    the last epoch's validation, all ranks) gives the last epoch's figures, apart from the
+    epochs (result.json's test, roc_test.*), and no epoch report carries a test figure."""
+    last = reports[-1]["metrics"]
+    test = json.loads((out / "result.json").read_text())["test"]
+    got = test["metrics"]
+    assert test["rows"] == 1500 and sorted(test["files"]) == [
+        "roc_test.json", "roc_test.png", "scores_test.png"], test
+    for name in ("rejection_at_50", "auc", "loss", "mean_sig_score"):
+        assert got[name] == pytest.approx(last[f"val_{name}"], rel=1e-3, abs=1e-4), (name, got)
+    assert {"rejection_at_70", "rejection_at_90"} <= set(got)  # always, beside the requested
+    roc = json.loads((out / "roc_test.json").read_text())
+    assert roc["output"] == output
+    assert roc["rejection"]["rejection_at_50"] == pytest.approx(got["rejection_at_50"])
+    for name in ("roc_test.png", "scores_test.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert not any(k.startswith("test") for r in reports for k in r["metrics"])
 
 
 def test_keras_two_inputs_with_weights(tmp_path: Path, data) -> None:
@@ -157,14 +179,16 @@ def test_keras_two_inputs_with_weights(tmp_path: Path, data) -> None:
     model.write_text(KERAS_MODEL)
     trial = write_trial(
         tmp_path, train, val, model_file=str(model), hparams={"learning_rate": 0.01},
-        data={"features": ["x", "tracks"], "collections": ["tracks"], "weights": "w"},
+        data={"features": ["x", "tracks"], "collections": ["tracks"], "weights": "w",
+              "test": [str(p) for p in val]},
         training={"epochs": 2, "batch_size": 64, "metrics": ["accuracy", "auc",
                                                              "rejection_at_50",
                                                              "mean_sig_score"]})
     proc = run_payload(trial)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = tmp_path / "outputs"
-    last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]["metrics"]
+    reports = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    last = reports[-1]["metrics"]
     assert last["val_rejection_at_50"] > 2, last
     assert 0.5 < last["val_mean_sig_score"] < 1, last  # the hook, on both ranks' scores
     roc = json.loads((out / "roc.json").read_text())
@@ -177,3 +201,4 @@ def test_keras_two_inputs_with_weights(tmp_path: Path, data) -> None:
 
         meta = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
         assert meta["gridml.output"] == "probability"
+    _check_test_split(out, reports, "probability")
