@@ -107,9 +107,6 @@ class Data(_Strict):
         None, description="the model's inputs in order, instead of features: a name (a "
         "collection gets its mask next: forward(jets, tracks, tracks_mask)), or {name, "
         "collection, columns} for some channels of a collection (docs/payload.md)")
-    max_open_files: int | None = Field(
-        None, ge=1, description="input files each payload process holds open at a time (default: "
-        "sized from the soft open-files limit, ulimit -n; docs/data.md \"Many files\")")
 
     @model_validator(mode="after")
     def _inputs_or_features(self) -> Data:
@@ -304,13 +301,14 @@ class Backend(_Strict):
     data: Literal["local", "rucio"] = "local"
     server: str = Field("embedded", description="'embedded' or the URL of a `gridml serve`")
     retries: int = Field(1, ge=0, description="resubmissions of a failed trial")
+    max_continuations: int = Field(
+        10, ge=0, description="times a trial may be continued from a checkpoint in a new job "
+        "after its job was preempted or hit its walltime (Slurm's warning signal: "
+        "slurm.signal_grace); these use no retry (docs/hpc.md \"Preemption and walltime\")")
     heartbeat_timeout: str | int = Field("15m", description="a running trial silent this long fails")
     stall_timeout: str | int = Field(
         "30m", description="a running trial that finishes no batch this long is stalled: its "
         "stack is dumped to its log, it is killed and retried once (progress.json, gridml/live.py)")
-    max_same_failures: int = Field(
-        3, ge=1, description="the campaign stops once this many trials have failed with the "
-        "same error (a bad model file fails every trial alike)")
 
     @field_validator("heartbeat_timeout", "stall_timeout")
     @classmethod
@@ -337,6 +335,10 @@ class Slurm(_Strict):
     options: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict, description="any other sbatch option: {exclusive: true, "
         "gpus-per-task: 1} -> --exclusive --gpus-per-task=1")
+    signal_grace: str | int = Field(
+        120, description="seconds (or a duration: 2m) before the job's end (walltime, "
+        "preemption) when Slurm warns the trial (--signal=B:USR1@N): it checkpoints at the next "
+        "batch and is continued in a new job; 0: no warning (docs/hpc.md)")
     pack: int | None = Field(None, ge=1, le=1024, description="K trial slots per allocation: one "
                              "sbatch holds K trials, each run as a job step (srun --exact); as a "
                              "step ends the next trial starts in its slot (docs/hpc.md)")
@@ -353,6 +355,18 @@ class Slurm(_Strict):
         if v is not None:
             parse_walltime(v)
         return v
+
+    @field_validator("signal_grace")
+    @classmethod
+    def _signal_grace(cls, v: str | int) -> str | int:
+        seconds = parse_walltime(v)
+        if not 0 <= seconds <= 65535:  # sbatch --signal takes 0..65535 s
+            raise ValueError(f"{v!r}: give 0 (no warning) up to 65535 s, e.g. 120 or 5m")
+        return v
+
+    @property
+    def signal_grace_s(self) -> int:
+        return parse_walltime(self.signal_grace)
 
     @property
     def pack_walltime_s(self) -> int | None:

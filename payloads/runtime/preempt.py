@@ -15,6 +15,7 @@ Imports neither torch nor TensorFlow.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import signal
@@ -52,6 +53,9 @@ def install() -> Path | None:
     except OSError as exc:  # the trial runs on; it only cannot be warned
         log.warning("cannot write %s (%s): this rank will not hear a preemption warning", path, exc)
         return None
+    atexit.register(path.unlink, missing_ok=True)  # no signal for a pid this rank left behind
+    if (path.parent / "warned").exists():  # the warning came while this rank was starting
+        _handler(signal.SIGUSR1, None)
     return path
 
 

@@ -32,6 +32,17 @@ load``, ``source env/bin/activate``); the controller's environment's ``bin`` fol
 The job does not requeue itself (``--no-requeue``, unless ``options: {requeue: true}``): a lost
 node ends it NODE_FAIL and gridml submits the trial's next attempt as a new job, so no attempt
 ever runs twice.
+
+Preemption and walltime (docs/hpc.md): ``#SBATCH --signal=B:USR1@<slurm.signal_grace>`` (at most
+half the walltime; 0: none) has Slurm send USR1 to the batch shell that long before the job
+ends. The shell runs the launcher in the background and waits for it (a shell runs no trap while
+a foreground command runs); its trap forwards USR1 to the ranks of its node, found by the files
+they write into ``$GRIDML_SIGNAL_DIR`` once they catch the signal (payloads/runtime/preempt.py),
+never to the launcher (torchrun, horovodrun, mpirun and srun would end the ranks on it); one rank
+told is enough, the ranks agree through their own collective. They checkpoint at the next batch
+and exit 75 (payloads/runtime/errors.py CONTINUE_CODE), which the Keras and torch ranks also
+write to ``$GRIDML_EXIT_FILE`` (the launchers exit 1 whatever their ranks' codes); the trap notes
+when the warning came in ``signalled_at``.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from typing import Any
 from gridml import fields
 from gridml.executors.base import TaskRequest
 from gridml.planner import payload_command
+from gridml.specmodel.model import parse_walltime
 
 ATTEMPT_COMMENT = "gridml-attempt-{attempt}"
 RANK_BANNER = ('echo "[gridml] rank ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}} on node '
@@ -66,6 +78,46 @@ TORCH_NODE = ("addr=$(scontrol show node \"$SLURMD_NODENAME\" -o | sed -n 's/.*N
               'if [ -n "$addr" ] && [ -z "${PET_LOCAL_ADDR:-}" ]; then export PET_LOCAL_ADDR="$addr"; fi; '
               'echo "[gridml] node $SLURMD_NODENAME: torchrun, rendezvous $GRIDML_RDZV_ENDPOINT '
               '(host: $is_host, gloo interface ${GLOO_SOCKET_IFNAME:-default})" >&2; exec "$@"')
+
+
+# the batch shell's side of the warning signal (see the module docstring): the trap tells the
+# ranks of this node, the launcher runs in the background so that the trap runs at once
+SIGNAL_LINES = [
+    'export GRIDML_SIGNAL_DIR="$PWD/ranks"',
+    'rm -rf "$GRIDML_SIGNAL_DIR" signalled_at; mkdir -p "$GRIDML_SIGNAL_DIR"',
+    "gridml_warned() {",
+    '  date +%s.%N > signalled_at; touch "$GRIDML_SIGNAL_DIR/warned"',
+    '  echo "[gridml] USR1: the job ends soon; the ranks checkpoint at their next batch" >&2',
+    '  for f in "$GRIDML_SIGNAL_DIR/${SLURMD_NODENAME:-$(hostname)}".*; do',
+    '    [ -e "$f" ] && kill -USR1 "${f##*.}" 2>/dev/null',
+    "  done",
+    "}",
+    "gridml_run() {  # the launcher in the background: a trap runs while it does",
+    '  "$@" &',
+    "  local pid=$! rc",
+    "  while :; do",
+    '    wait "$pid"; rc=$?',
+    '    if [ "$rc" -gt 128 ] && kill -0 "$pid" 2>/dev/null; then continue; fi',
+    '    return "$rc"',
+    "  done",
+    "}",
+    "trap gridml_warned USR1",
+]
+
+
+def signal_grace_s(req: TaskRequest) -> int:
+    """Seconds before the job's end when Slurm warns it (``slurm.signal_grace``, default 120;
+    0: never), at most half the walltime (a warning at the start would only checkpoint)."""
+    site: dict[str, Any] = req.site or {}
+    grace = parse_walltime(site.get("signal_grace", 120) if site.get("signal_grace") is not None
+                           else 120)
+    return max(0, min(grace, req.walltime_s // 2))
+
+
+def signal_option(req: TaskRequest) -> str | None:
+    """``--signal=B:USR1@<grace>`` (None: no warning asked for)."""
+    grace = signal_grace_s(req)
+    return f"--signal=B:USR1@{grace}" if grace > 0 else None
 
 
 def job_name(study: str, number: int) -> str:
@@ -190,6 +242,7 @@ def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
              f"# gridml: study {req.study}, trial {req.trial_number}, attempt {req.attempt}; "
              "submitted with sbatch",
              *(f"#SBATCH {opt}" for opt in sbatch_options(req)),
+             *([f"#SBATCH {warn}"] if (warn := signal_option(req)) else []),
              "set -uo pipefail",
              f"export PATH={shlex.quote(bindir)}:\"$PATH\"",
              *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
@@ -197,14 +250,20 @@ def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
              'if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 '
              "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi"]
     torch = req.trial.training.framework == "torch"
-    if torch:  # torchrun exits 1 whatever a rank's code was: the rank's own code is kept here
+    # torchrun exits 1 whatever a rank's code was: the rank's own code is kept here; the Keras
+    # ranks write theirs only to be continued (75), as horovodrun exits 1 then too
+    exit_file = torch or warn is not None
+    if exit_file:
         lines.append(f"export GRIDML_EXIT_FILE={shlex.quote(str(attempt_dir(req) / 'payload_exit_code'))}")
     setup = [str(line) for line in site.get("setup") or []]
     if setup:
         lines += ["# slurm.setup", *setup]
     lines += ['echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} '
               '(batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2',
-              "rm -f exit_code" + (" payload_exit_code" if torch else "")]
+              "rm -f exit_code" + (" payload_exit_code" if exit_file else "")]
+    if warn is not None:
+        lines += ["# Slurm's warning before the job ends (slurm.signal_grace): to the ranks",
+                  *SIGNAL_LINES]
     if torch and max(req.nodes, 1) > 1:
         lines += ["# torchrun on every node; the rendezvous on the first node of the allocation",
                   *TORCH_HEAD]
@@ -214,10 +273,10 @@ def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
         lines += ["# the job's own OpenMPI session directory: two mpiruns starting at once on a node",
                   "# race to create the shared one (mkdir /tmp/ompi.<host>.<uid>: File exists)",
                   'export OMPI_MCA_orte_tmpdir_base="${TMPDIR:-/tmp}/gridml-ompi-${SLURM_JOB_ID}"']
-    lines += [_shell(launch), "code=$?"]
+    lines += [("gridml_run " if warn is not None else "") + _shell(launch), "code=$?"]
     if mpirun:
         lines.append('rm -rf "$OMPI_MCA_orte_tmpdir_base"')
-    if torch:
+    if exit_file:
         lines.append('if [ "$code" -ne 0 ] && [ -s payload_exit_code ]; then '
                      'code=$(cat payload_exit_code); fi')
     lines += ["echo $code > exit_code.tmp && mv exit_code.tmp exit_code", "exit $code", ""]
