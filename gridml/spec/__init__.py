@@ -25,8 +25,9 @@ ADDED_SINCE_0_1: dict[tuple[str, str], Any] = {
     ("search", "objectives"): [], ("search", "constraints"): [],
     ("training", "stop_on_nan"): False,
     ("data", "weights"): None, ("data", "inputs"): None,
-    ("data", "test"): None,
+    ("data", "test"): None, ("data", "max_open_files"): None,
     ("training", "class_weights"): None, ("training", "discriminant"): None,
+    ("backend", "max_same_failures"): 3,  # (the backend section is left out of the hash anyway)
     ("slurm", "pack"): None, ("slurm", "pack_walltime"): None, ("slurm", "array"): False,
     ("slurm", "array_throttle"): None,
     ("slurm", "signal_grace"): 120, ("backend", "max_continuations"): 10,

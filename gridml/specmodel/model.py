@@ -107,6 +107,9 @@ class Data(_Strict):
         None, description="the model's inputs in order, instead of features: a name (a "
         "collection gets its mask next: forward(jets, tracks, tracks_mask)), or {name, "
         "collection, columns} for some channels of a collection (docs/payload.md)")
+    max_open_files: int | None = Field(
+        None, ge=1, description="input files each payload process holds open at a time (default: "
+        "sized from the soft open-files limit, ulimit -n; docs/data.md \"Many files\")")
 
     @model_validator(mode="after")
     def _inputs_or_features(self) -> Data:
@@ -309,6 +312,9 @@ class Backend(_Strict):
     stall_timeout: str | int = Field(
         "30m", description="a running trial that finishes no batch this long is stalled: its "
         "stack is dumped to its log, it is killed and retried once (progress.json, gridml/live.py)")
+    max_same_failures: int = Field(
+        3, ge=1, description="the campaign stops once this many trials have failed with the "
+        "same error (a bad model file fails every trial alike)")
 
     @field_validator("heartbeat_timeout", "stall_timeout")
     @classmethod
