@@ -232,6 +232,11 @@ def _run(loaded: Any, dm: Any, quiet: bool) -> None:
         raise typer.Exit(130) from None
     doc = study_document(store, study, settings().runs_dir)
     best = doc["study"]["best"]
+    if doc["study"]["state"] == "stopped":  # `gridml stop`: not an error
+        out.print(f"study {study.name} stopped (gridml stop): `gridml status {study.name}` shows "
+                  f"its trials; `gridml resume {study.name}` carries it on")
+        if best is None:
+            return
     if best is None:
         raise GridmlError(f"study {study.name}: no trial completed", hint=f"see `gridml status {study.name}`")
     out.print(f"best trial {best['number']}: {doc['study']['objective']} = {best['objective']:.5g}  "
@@ -243,6 +248,43 @@ def _run(loaded: Any, dm: Any, quiet: bool) -> None:
                   f"  (`gridml best {study.name}`; fetch them with --pareto)")
     if doc["study"]["convergence_plot"]:
         out.print(f"convergence plot: {doc['study']['convergence_plot']}")
+
+
+@app.command()
+def stop(study: str = typer.Argument(..., help="study name or id"),
+         trial: int | None = typer.Option(None, "--trial", help="stop only this trial (its number)"),
+         now: bool = typer.Option(False, "--now", help="cancel the jobs now (scancel, PanDA's "
+                                  "kill, the process group) instead of letting each trial end its "
+                                  "current epoch and save its model"),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """Stop a campaign (or one trial): each running trial ends its epoch, saves its model and
+    ends `stopped`; the study takes no new trials. Locally, or with --server on a server."""
+    server = _state.get("server")
+    if server:
+        from gridml.client import ApiClient
+
+        with ApiClient(server, _state.get("token")) as client:
+            doc = client.stop(study, trial, now)
+    else:
+        from gridml.store import open_store
+        from gridml.store.stopping import request_stop
+
+        store = open_store()
+        try:
+            doc = request_stop(store, study, trial, now)
+        finally:
+            store.close()
+    if as_json:
+        return _print_json(doc)
+    asked = [t for t in doc["trials"] if t["state"] == "stopping"]
+    how = "cancelled now" if now else "to end after their current epoch"
+    what = f"trial {trial}" if trial is not None else f"study {doc['study']} ({doc['state']})"
+    out.print(f"{what}: {len(asked)} running trial(s) asked to stop, {how}"
+              + (f"; {len(doc['trials']) - len(asked)} queued trial(s) stopped"
+                 if len(doc["trials"]) > len(asked) else ""))
+    out.print("the campaign's controller (`gridml submit`/`resume`, or the server) acts at its "
+              f"next cycle; follow it with `gridml{' --server ' + server if server else ''} "
+              f"status {doc['study']}`")
 
 
 def _study_doc(study: str) -> dict[str, Any]:
@@ -259,6 +301,7 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
            as_json: bool = typer.Option(False, "--json", help="stable JSON (see README)")) -> None:
     """Trials of a study: state, hyperparameters, epochs, objective, time per epoch."""
     from gridml.live import describe_progress
+    from gridml.report import test_line
 
     if study is None:
         return _list_studies(as_json)
@@ -290,6 +333,8 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
     for t in doc["trials"]:
         if t["state"] in ("failed", "diverged") and t["error"]:
             out.print(f"[red]trial {t['number']} {t['state']}[/]: {t['error'].splitlines()[0]}")
+    if s["best"] and (line := test_line(s["best"])):  # data.test: shown apart
+        out.print(f"best trial {s['best']['number']}: {line}", soft_wrap=True)
     if s["convergence_plot"]:
         out.print(f"convergence plot: {s['convergence_plot']}")
     if s.get("importance"):
@@ -363,6 +408,8 @@ def best(study: str = typer.Argument(..., help="study name or id"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """The best trial of a study: hyperparameters and objective (several objectives: the
     Pareto front, each trial with its objectives and hyperparameters)."""
+    from gridml.report import test_line
+
     doc = _study_doc(study)
     b = doc["study"]["best"]
     if b is None:
@@ -377,9 +424,13 @@ def best(study: str = typer.Argument(..., help="study name or id"),
     out.print(f"study {study}: best trial {b['number']}, {doc['study']['objective']} = {b['objective']:.6g}")
     for k, v in b["hparams"].items():
         out.print(f"  {k} = {v}")
+    if line := test_line(b):  # data.test: shown apart
+        out.print(line, soft_wrap=True)
 
 
 def _print_front(study: str, objs: list[dict[str, Any]], front: list[dict[str, Any]]) -> None:
+    from gridml.report import test_line
+
     names = [f"{o['metric']} ({o['direction'][:3]})" for o in objs]
     table = Table(title=f"study {study}: Pareto front, {len(front)} trial(s)")
     for col in ("trial", *names, "hyperparameters"):
@@ -387,6 +438,9 @@ def _print_front(study: str, objs: list[dict[str, Any]], front: list[dict[str, A
     for t in front:
         table.add_row(str(t["number"]), *(f"{v:.5g}" for v in t["objectives"]), _hparams(t["hparams"]))
     out.print(table)
+    for t in front:  # data.test: shown apart, per trial of the front
+        if line := test_line(t):
+            out.print(f"trial {t['number']}: {line}", soft_wrap=True)
 
 
 @app.command()

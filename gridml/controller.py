@@ -154,6 +154,7 @@ class Campaign:
                                f"a new name; see `gridml status {self.study.name}`")
         if self.store.get_study(self.study.id).state not in ("stopping", "stopped"):
             self.store.set_study_state(self.study.id, "finished")
+        self.study = self.store.get_study(self.study.id)  # (its state as it ended)
         return self.study
 
     def step(self) -> bool:

@@ -119,6 +119,7 @@ class LiveChannel:
     readers: dict[int, SpoolReader] = field(default_factory=dict)  # by trial number
     curves: dict[int, dict[int, float]] = field(default_factory=dict)  # trial id -> epoch -> value
     decided: dict[int, int] = field(default_factory=dict)  # trial id -> epoch of the last decision
+    stopping: set[int] = field(default_factory=set)  # trial ids given a `gridml stop` decision
     _curves_at: float | None = None
     _watch: dict[int, _Watch] = field(default_factory=dict)
     _state_dirty: bool = False
@@ -205,6 +206,24 @@ class LiveChannel:
     def forget(self, trial: Trial) -> None:
         """The trial ended: its offset and stall watch are no longer needed in memory."""
         self._watch.pop(trial.id, None)
+        self.stopping.discard(trial.id)
+
+    # ---- `gridml stop` ---------------------------------------------------------------------------
+    def stop(self, trial: Trial, reason: str) -> None:
+        """`gridml stop` (gridml/store/stopping.py) asked ``trial`` to stop: a stop decision in
+        its decision.json, as early stopping writes one (its payload ends after its current
+        epoch, saves its model); written once, and no rule's answer replaces it."""
+        if trial.id in self.stopping:
+            return
+        epoch = max(self.curves.get(trial.id, {}), default=trial.epochs_done)
+        try:
+            write_json(self.paths.decision(trial.number),
+                       {"epoch": epoch, "stop": True, "reason": reason, "time": time.time()})
+        except OSError as exc:
+            log.warning("trial %d: stop decision not written: %s", trial.number, exc)
+            return
+        self.stopping.add(trial.id)
+        log.info("trial %d: asked to stop (%s)", trial.number, reason)
 
     # ---- decisions ------------------------------------------------------------------------------
     def _load_curves(self) -> None:
@@ -231,6 +250,8 @@ class LiveChannel:
         self._load_curves()
         ordered: dict[int, list[float]] | None = None  # the curves as lists, built once
         for trial in trials:
+            if trial.state == "stopping" or trial.id in self.stopping:
+                continue  # `gridml stop` decided (LiveChannel.stop)
             if trial.id in self.decided and trial.id not in grown:
                 continue
             mine = self.curves.get(trial.id, {})

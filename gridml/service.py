@@ -66,14 +66,16 @@ class CampaignService:
         a way no one foresaw) is logged and set ``failed``: it never stops the others."""
         running = 0
         for study in self.store.list_studies():
-            # (closed: its external optimizer is done; the campaign still runs what is queued)
-            if study.state not in ("running", "closed"):
+            # (closed: its external optimizer is done; the campaign still runs what is queued;
+            # stopping: `gridml stop`, its trials end and the step sets it stopped)
+            if study.state not in ("running", "closed", "stopping"):
                 continue
             try:
                 if study.spec.get("backend", {}).get("executor", "local") == "local":
                     continue
                 if self._campaign(study).step():
-                    self.store.set_study_state(study.id, "finished")
+                    if self.store.get_study(study.id).state != "stopped":
+                        self.store.set_study_state(study.id, "finished")
                     self._campaigns.pop(study.id, None)
                 else:
                     running += 1

@@ -104,6 +104,11 @@ class ApiClient:
                               idempotent=True)
         return reply["points"]  # type: ignore[no-any-return]
 
+    def stop(self, study: str | int, trial: int | None = None, now: bool = False) -> dict[str, Any]:
+        """`gridml stop` over the API (the study token): the trials asked, the study's state."""
+        return self._request("POST", f"/api/v1/studies/{study}/stop",  # type: ignore
+                             json={"trial": trial, "now": now}, idempotent=True)
+
     def study_epochs(self, study: str | int) -> dict[str, list[dict[str, Any]]]:
         return self._request("GET", f"/api/v1/studies/{study}/epochs")  # type: ignore
 

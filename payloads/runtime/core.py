@@ -359,15 +359,17 @@ class TrialCore:
                  100 * (report.input_wait_frac or 0))
 
     def should_stop(self, epoch: int) -> bool:
-        """Every rank after epoch ``epoch``: with early stopping and epochs still to run, rank 0
-        asks the server (with no API: reads the controller's decision.json, channel.py) and
-        every rank gets its answer."""
-        if not (self.cfg.early_stopping and epoch < self.cfg.training.epochs):
+        """Every rank after epoch ``epoch``: with epochs still to run, rank 0 asks the server
+        (with no API: reads the controller's decision.json, channel.py) and every rank gets its
+        answer: early stopping's, or `gridml stop`'s."""
+        if epoch >= self.cfg.training.epochs:
             return False
         decision = (False, "")
         if self.rank == 0 and self.reporter is not None:
+            # (without early stopping only `gridml stop` decides: the folder is not waited on)
             decision = self.reporter.should_stop() if self.reporter.api is not None \
-                else channel.read_decision(self.cfg.output_dir.parent, epoch)  # no API: the folder
+                else channel.read_decision(self.cfg.output_dir.parent, epoch,  # no API: the folder
+                                           None if self.cfg.early_stopping else 0.0)
         stop, reason = self.broadcast(decision)
         if stop:
             self.stop_reason = reason or "the server asked to stop"

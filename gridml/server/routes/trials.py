@@ -107,8 +107,11 @@ def _repeat_finish(found: Trial, body: FinishIn) -> Trial:
 @router.get("/{trial}/should-stop", response_model=ShouldStop,
             responses=documented(400, 401, 403, 404, 422))
 def should_stop(trial: TrialId, store: Store, who: Who) -> ShouldStop:
-    """The study's early-stopping decision for this trial, from the stored curves."""
+    """The study's early-stopping decision for this trial, from the stored curves; stop for a
+    trial that `gridml stop` asked to stop (state ``stopping``)."""
     found = store.get_trial(trial)
     can_read_trial(who, found)
+    if found.state == "stopping":  # gridml/store/stopping.py
+        return ShouldStop(stop=True, reason=found.error or "stopped (gridml stop)")
     stop, reason = searching.should_stop(store, store.get_study(found.study_id), trial)
     return ShouldStop(stop=stop, reason=reason)
