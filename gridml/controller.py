@@ -445,6 +445,8 @@ class Campaign:
             self.store.update_trial(trial.id, state=state, objective=objective, finished=now(),
                                     outputs=files, **scores)
             return
+        if status.continuation and self._continue(trial, status):  # checkpointed: no retry used
+            return
         if status.infrastructure:  # a lost node, not the payload's fault: no retry used up
             self._add_free_attempt(trial)
             log.warning("trial %d: %s; resubmitting (no retry used)", trial.number, status.message)
@@ -532,6 +534,23 @@ class Campaign:
 
     def _interruptions(self, trial: Trial) -> int:
         return _read_int(self.paths.interrupted(trial.number))
+
+    def _continue(self, trial: Trial, status: TaskStatus) -> bool:
+        """A trial that checkpointed before its job ended (preemption, walltime) goes back to
+        the queue without using a retry, at most backend.max_continuations times (counted in
+        the trial folder's ``continued``); past that it is judged as a failure."""
+        marker = self._workdir(trial) / "continued"
+        done = _read_int(marker)
+        if done >= self.spec.backend.max_continuations:
+            log.warning("trial %d: continued %d times already (backend.max_continuations): "
+                        "counted as a failure", trial.number, done)
+            return False
+        self._add_free_attempt(trial)
+        marker.write_text(str(done + 1))
+        log.warning("trial %d: %s; continued in a new job (%d of %d, no retry used)",
+                    trial.number, status.message, done + 1, self.spec.backend.max_continuations)
+        self.store.update_trial(trial.id, state="queued", error=status.message)
+        return True
 
     def _add_free_attempt(self, trial: Trial) -> None:
         """One more attempt that does not count against backend.retries (Ctrl-C, lost node)."""

@@ -46,6 +46,10 @@ class TaskStatus:
     # file or spec field; an import error in the model file: gridml.executors.failures): the
     # controller fails the trial without a retry.
     deterministic: bool = False
+    # True: the trial checkpointed before its job ended (preemption, walltime: the payload's
+    # exit code 75, payloads/runtime/errors.py CONTINUE_CODE) and goes on from there in a new
+    # job: the controller resubmits it without using a retry, up to backend.max_continuations.
+    continuation: bool = False
 
 
 class Executor(Protocol):

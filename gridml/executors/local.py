@@ -21,6 +21,7 @@ from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.failures import deterministic
 from gridml.executors.logs import exit_message, tail
 from gridml.planner import local_payload_command
+from payloads.runtime.errors import CONTINUE_CODE
 
 # torchrun exits 1 whatever its rank's code: the torch payload writes its own code (2 bad trial or
 # model file, 3 bad data, ...) to $GRIDML_EXIT_FILE, which then stands for the launcher's
@@ -138,6 +139,9 @@ class LocalExecutor:
             log_tail = tail(run / "payload.log")
             # torchrun's summary (~40 lines) names the failed rank and its code or signal
             longer = tail(run / "payload.log", 100)
+            if code == CONTINUE_CODE:  # checkpointed on SIGUSR1: continued, no retry used
+                return TaskStatus("failed", "the trial checkpointed on SIGUSR1 and left to be "
+                                  "continued", log_tail, continuation=True)
             return TaskStatus("failed", exit_message(code, longer), log_tail,
                               deterministic=deterministic(code, longer))
         pid = self._pid(run)

@@ -51,6 +51,7 @@ from gridml.executors.slurm.array import Arrays
 from gridml.executors.slurm.pack import PREFIX as PACKED
 from gridml.executors.slurm.pack import Packer
 from gridml.executors.slurm.render import attempt_dir, job_name, render_script
+from payloads.runtime.errors import CONTINUE_CODE
 from gridml.executors.slurm.render_pack import is_array, pack_slots, step_script
 
 __all__ = ["SlurmExecutor", "job_id_of", "trial_status"]
@@ -88,6 +89,17 @@ def _exit_code(run: Path) -> int | None:
         return None
 
 
+def continuation(state: str, code: int | None, run: Path) -> str | None:
+    """Why the job's trial is to be continued from its checkpoint in a new job (None: it is
+    not): the payload left with CONTINUE_CODE (it checkpointed on Slurm's warning,
+    slurm.signal_grace), or the job hit its walltime after a checkpoint was written."""
+    if code == CONTINUE_CODE:
+        return "the trial checkpointed on Slurm's warning (slurm.signal_grace) and left to be continued"
+    if state == "TIMEOUT" and (run.parent / "outputs" / "checkpoint" / "state.json").exists():
+        return "it hit its walltime after a checkpoint: continued from there"
+    return None
+
+
 def trial_status(info: cli.JobInfo, run: Path, *, killed: bool = False) -> TaskStatus:
     """The trial's state for a Slurm job in state ``info.state`` (see the module docstring)."""
     job, state = info.job_id, info.state
@@ -112,6 +124,10 @@ def trial_status(info: cli.JobInfo, run: Path, *, killed: bool = False) -> TaskS
                                     "administrator)", log_tail)
     why = PAYLOAD.get(state, f"Slurm ended it ({state})")
     code = _exit_code(run)
+    if code is None and info.exit_code.split(":")[0].isdigit():  # (sacct's "75:0")
+        code = int(info.exit_code.split(":")[0]) if state == "FAILED" else None
+    if (go_on := continuation(state, code, run)) is not None:  # no retry used (max_continuations)
+        return TaskStatus("failed", f"{head}: {go_on}", log_tail, continuation=True)
     if state == "FAILED" and code is not None:
         why = f"the payload exited with code {code}"
     last = last_error_line(log_tail) if state == "FAILED" else ""
@@ -279,7 +295,8 @@ class SlurmExecutor:
         (FAILED) before Slurm notices the node is gone (SlurmdTimeout). Such a failure is held
         back, as "running", until Slurm has had the time to mark the node down; if it does, the
         job counts as lost to the infrastructure (no retry used), else as the payload's failure."""
-        if "," not in info.nodes and "[" not in info.nodes or not PEER_LOST.search(status.log_tail):
+        if ("," not in info.nodes and "[" not in info.nodes or not PEER_LOST.search(status.log_tail)
+                or status.continuation):
             return status
         try:
             lost = cli.lost_nodes(info.nodes)
@@ -338,6 +355,8 @@ class SlurmExecutor:
         if code == 0:
             return TaskStatus("completed", f"Slurm job {job_id} ended (exit code 0)")
         log_tail = tail(run / "payload.log")
+        if code is not None and (go_on := continuation("", code, run)) is not None:
+            return TaskStatus("failed", f"Slurm job {job_id}: {go_on}", log_tail, continuation=True)
         if code is not None:
             last = last_error_line(log_tail)
             return TaskStatus("failed", f"Slurm job {job_id}: the payload exited with code {code}"
