@@ -76,7 +76,12 @@ def put(files: Annotated[list[Path], typer.Argument(help="files to upload", show
 
 @data_app.command("ls")
 def ls(did: Annotated[str, typer.Argument(help="SCOPE:NAME, or SCOPE:PATTERN with * and ?")],
-       backend: BackendOpt = None, as_json: JsonOpt = False) -> None:
+       backend: BackendOpt = None, as_json: JsonOpt = False,
+       limit: Annotated[int | None, typer.Option(
+           "--limit", min=0, help="list at most this many files (default: all with --json, "
+           "else 1000)")] = None,
+       offset: Annotated[int, typer.Option("--offset", min=0, help="skip this many files")] = 0,
+       ) -> None:
     """List a DID's files (sizes, adler32, replicas), or the DIDs matching a pattern."""
     dm = _open(backend)
     if "*" in did or "?" in did:
@@ -85,12 +90,17 @@ def ls(did: Annotated[str, typer.Argument(help="SCOPE:NAME, or SCOPE:PATTERN wit
 
     parse_did(did)
     type_, files, meta = dm.did_type(did), dm.list_files(did), dm.get_metadata(did)
+    end = None if limit is None and as_json else offset + (1000 if limit is None else limit)
+    page = files[offset:end]  # a page of a dataset of thousands of files (totals: all of them)
     if as_json:
         _print_json({"backend": dm.name, "did": did, "type": type_, "metadata": meta,
-                     "total_bytes": sum(f.bytes for f in files),
-                     "files": [file_json(f) for f in files]})
+                     "total_bytes": sum(f.bytes for f in files), "total_files": len(files),
+                     "offset": offset, "files": [file_json(f) for f in page]})
         return
-    _table(f"{type_} {did}: {len(files)} file(s), {_human(sum(f.bytes for f in files))}", files)
+    _table(f"{type_} {did}: {len(files)} file(s), {_human(sum(f.bytes for f in files))}", page)
+    if offset + len(page) < len(files):
+        print(f"files {offset + 1}-{offset + len(page)} of {len(files)}: the next ones with "
+              f"--offset {offset + len(page)}")
 
 
 def _ls_pattern(dm: DataManager, pattern: str, as_json: bool) -> None:
