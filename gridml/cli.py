@@ -86,8 +86,19 @@ def validate(spec: Path = typer.Argument(..., help="training spec (YAML)")) -> N
     data (when the payload's framework is importable here). Exit 2 with every problem listed."""
     loaded, dm = _load(spec)
     _build_check(loaded, dm)
+    _live_channel_warning(loaded.spec)  # PanDA without a reachable server: what cannot act
     out.print(f"[green]ok[/]: {spec}: study {loaded.spec.name!r}, {len(loaded.spec.search.space)} "
               f"parameters, {loaded.spec.search.algorithm} search, up to {loaded.spec.search.max_trials} trials")
+
+
+def _live_channel_warning(spec: Any) -> None:
+    """One warning line where early stopping and stall detection cannot act (gridml/executors/
+    reach.py: PanDA worker nodes without a reachable backend.server)."""
+    from gridml.executors.reach import live_channel_warning
+
+    warning = live_channel_warning(spec)
+    if warning:
+        err.print(warning, highlight=False, markup=False, soft_wrap=True)
 
 
 def _build_check(loaded: Any, dm: Any) -> None:

@@ -13,9 +13,13 @@ docs/hpc.md). A local trial keeps whatever URL it was given.
 from __future__ import annotations
 
 import ipaddress
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-__all__ = ["reachable_api_url", "unreachable_host"]
+if TYPE_CHECKING:
+    from gridml.spec import Spec
+
+__all__ = ["live_channel_warning", "reachable_api_url", "unreachable_host"]
 
 _LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
 
@@ -46,3 +50,29 @@ def reachable_api_url(url: str | None, remote: bool) -> str | None:
     if url is None or not remote:
         return url
     return None if unreachable_host(url) else url
+
+
+# executors whose trials run on nodes that share no folder with the controller (grid worker
+# nodes): there only an API the nodes reach carries the live channel (gridml/live.py)
+_NO_SHARED_FOLDER = ("panda",)
+
+
+def live_channel_warning(spec: Spec) -> str | None:
+    """One line for `gridml validate` when early stopping and stall detection cannot act: the
+    trials run where no folder is shared with the controller (PanDA worker nodes) and
+    ``backend.server`` is not an API they can reach (``embedded``, a loopback address); None
+    when they can."""
+    backend = spec.backend
+    if backend.executor not in _NO_SHARED_FOLDER:
+        return None
+    why = "embedded (on this machine)" if backend.server == "embedded" \
+        else unreachable_host(backend.server)
+    if why is None:
+        return None
+    where = why if backend.server == "embedded" else f"{backend.server} ({why})"
+    acts = "early stopping (search.early_stopping) and stall detection" \
+        if spec.search.early_stopping else "stall detection (backend.stall_timeout)"
+    return (f"warning: backend.server: {where}: the {backend.executor} worker nodes share no folder "
+            f"with the controller and cannot reach this API, so {acts} cannot act on their "
+            "trials (their metrics arrive when each job ends); fix: set backend.server to the URL "
+            "of a `gridml serve` reachable from the worker nodes")
