@@ -6,6 +6,7 @@ never removed or renamed.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 from statistics import mean
@@ -43,7 +44,27 @@ def trial_summary(trial: Trial, epochs: list[EpochReport]) -> dict[str, Any]:
         "attempts": trial.attempts, "error": trial.error, "source": trial.source,
         "external_id": trial.external_id, "last_heartbeat": _iso(trial.last_heartbeat),
         "started": _iso(trial.started), "finished": _iso(trial.finished), "outputs": trial.outputs,
+        # the one evaluation on data.test after training (None: no test split): apart from the
+        # objective and the epochs, never seen by the search
+        "test_metrics": _json_numbers(trial.test_metrics),
     }
+
+
+def _json_numbers(values: dict[str, float | None] | None) -> dict[str, float | None] | None:
+    """Non-finite numbers as None (strict JSON, as the API sends them)."""
+    if values is None:
+        return None
+    return {k: v if v is None or math.isfinite(v) else None for k, v in values.items()}
+
+
+def test_line(summary: dict[str, Any]) -> str | None:
+    """One line of a trial's test-split figures (``gridml status``/``best``), None without."""
+    values = summary.get("test_metrics")
+    if not values:
+        return None
+    shown = ", ".join(f"{k} = {'-' if v is None else format(v, '.5g')}"
+                      for k, v in sorted(values.items()))
+    return f"test split (evaluated once after training, never seen by the search): {shown}"
 
 
 def epoch_rows(epochs: list[EpochReport]) -> list[dict[str, Any]]:

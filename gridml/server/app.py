@@ -114,7 +114,7 @@ def create_app(store: SqlStore, *, open_reads: bool = True, create_token: str | 
     ``max_body``/``max_depth``: request bodies over that size (413) or JSON nesting (400)."""
     from gridml.server import metrics
     from gridml.server.ingest import EpochBatcher
-    from gridml.server.routes import dashboard, stop, studies, system, trials
+    from gridml.server.routes import dashboard, figures, stop, studies, system, trials
 
     app = GridmlAPI(title="gridml metrics API", version="1", default_response_class=SafeJSON,
                   description="Studies, trials, per-epoch metrics, search and early stopping "
@@ -128,7 +128,7 @@ def create_app(store: SqlStore, *, open_reads: bool = True, create_token: str | 
     app.state.token_cache = {}
     app.state.batcher = EpochBatcher(store)
     for router in (studies.router, stop.router, trials.router, system.router,
-                   dashboard.router):
+                   dashboard.router, figures.router):
         app.include_router(router)
     _install_errors(app)
     app.add_middleware(metrics.RequestMetrics)

@@ -89,6 +89,7 @@ def test_dashboard_renders_campaign_and_shows_curves(campaign_home, browser, tmp
         assert len(browser.find_elements(By.CSS_SELECTOR, "#parallel polyline.pc-line")) == 3
         _sorts_by_objective(browser)
         _click_shows_curves(browser)
+        _overlays_roc_curves(browser, server.url)
         _updates_live(browser, server.url, url)
         severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
         assert severe == []
@@ -122,6 +123,36 @@ def _click_shows_curves(browser) -> None:
     assert browser.find_elements(By.CSS_SELECTOR, "#timing polyline[data-series='input-wait']")
     assert "selected" in browser.find_element(By.CSS_SELECTOR, "#trials tr.selected") \
         .get_attribute("class")
+
+
+def _overlays_roc_curves(browser, url: str) -> None:
+    """The best trials' stored roc.json curves, overlaid best first (val_loss: lowest first),
+    rejection on a log axis; the API gives the same curves the page draws."""
+    import json
+    import urllib.request
+
+    from selenium.webdriver.common.by import By
+
+    with urllib.request.urlopen(f"{url}/api/v1/studies/dash/roc?n=5", timeout=30) as reply:
+        doc = json.loads(reply.read())
+    assert doc["missing"] == [] and len(doc["trials"]) == 3
+    objectives = [t["objective"] for t in doc["trials"]]
+    assert objectives == sorted(objectives)
+    for t in doc["trials"]:
+        assert t["output"] == "probability" and 0.5 < t["auc"] <= 1
+        eff_s, eff_b = t["signal_efficiency"], t["background_efficiency"]
+        assert len(eff_s) == len(eff_b) > 10 and eff_s == sorted(eff_s)
+        assert abs(eff_s[-1] - 1) < 1e-9 and eff_s[0] == 0
+    lines = _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#roc polyline.roc-curve")
+                  if len(b.find_elements(By.CSS_SELECTOR, "#roc polyline.roc-curve")) == 3
+                  else None)
+    assert [int(x.get_attribute("data-trial")) for x in lines] == [
+        t["number"] for t in doc["trials"]]
+    # log y: rejection 1/eps_b falls with the signal efficiency; its highest point is on top
+    ys = [float(p.split(",")[1]) for p in lines[0].get_attribute("points").split()]
+    assert ys == sorted(ys) and ys[0] < ys[-1]
+    labels = browser.find_elements(By.CSS_SELECTOR, "#roc text.roc-label")
+    assert [lb.text.split()[0] for lb in labels] == [f"#{t['number']}" for t in doc["trials"]]
 
 
 def _updates_live(browser, url: str, db_url: str) -> None:

@@ -287,6 +287,42 @@ function renderImportance() {
   });
 }
 
+// ---------- the ROC curves of the best trials (their roc.json), rejection on a log scale ----
+function renderRoc() {
+  const svg = $("roc"); clear(svg);
+  const got = state.roc || { trials: [], missing: [] };
+  const curves = got.trials.map((t) => ({ t, pts: t.signal_efficiency
+    .map((s, i) => [s, t.background_efficiency[i]]).filter(([s, b]) => s > 0 && b > 0)
+    .map(([s, b]) => [s, 1 / b]) })).filter((c) => c.pts.length);
+  if (!curves.length) {
+    return empty(svg, got.missing.length ? "no roc.json among the best trials' outputs"
+      : "no completed classifier trial yet (roc.json)");
+  }
+  const ys = curves.flatMap((c) => c.pts.map((p) => p[1]));
+  const lo = Math.pow(10, Math.floor(Math.log10(Math.min(...ys))));
+  const hi = Math.pow(10, Math.ceil(Math.log10(Math.max(...ys) * 1.0001)));
+  const x = scale([0, 1], [M.l, W - M.r]), y = scale([lo, hi], [H - M.b, M.t], true);
+  for (let d = lo; d <= hi * 1.0001; d *= 10) {
+    el("line", { x1: M.l, x2: W - M.r, y1: y(d), y2: y(d), class: "grid" }, svg);
+    el("text", { x: M.l - 4, y: y(d) + 4, "text-anchor": "end" }, svg, fmt(d));
+  }
+  [0, 0.25, 0.5, 0.75, 1].forEach((v) =>
+    el("text", { x: x(v), y: H - M.b + 14, "text-anchor": "middle" }, svg, fmt(v)));
+  el("line", { x1: M.l, x2: M.l, y1: M.t, y2: H - M.b, class: "axis" }, svg);
+  el("line", { x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b, class: "axis" }, svg);
+  el("text", { x: (M.l + W - M.r) / 2, y: H - 4, "text-anchor": "middle" }, svg, "signal efficiency");
+  el("text", { x: 12, y: (M.t + H - M.b) / 2, "text-anchor": "middle",
+               transform: `rotate(-90 12 ${(M.t + H - M.b) / 2})` }, svg, "background rejection (log)");
+  curves.forEach(({ t, pts }, i) => {
+    const color = PALETTE[i % PALETTE.length];
+    polyline(svg, pts.map(([s, r]) => [x(s), y(r)]), { class: "roc-curve" + (t.id === state.selected
+      ? " selected" : ""), stroke: color, "data-trial": t.number, "data-trial-id": t.id });
+    el("text", { x: W - M.r - 4, y: M.t + 12 + 13 * i, "text-anchor": "end", fill: color,
+                 style: `fill:${color}`, class: "roc-label" }, svg,
+       `#${t.number} ${searchCfg().objective || "objective"} ${fmt(t.objective)}, AUC ${fmt(t.auc)}`);
+  });
+}
+
 function renderSummary() {
   const s = state.summary, box = $("summary");
   const counts = Object.entries(s.counts).filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(", ");
@@ -299,7 +335,7 @@ function renderSummary() {
 function render() {
   if (!state.summary) return;
   renderSummary(); renderTable(); renderObjective(); renderParallel(); renderCurves(); renderTiming();
-  renderPareto(); renderImportance();
+  renderPareto(); renderImportance(); renderRoc();
 }
 
 // ---------- loading ------------------------------------------------------------------------
@@ -312,8 +348,9 @@ async function refresh() {
     // the epochs of the trials shown (the same page) only when one has reported since the last poll
     const seen = page.trials.map((t) => `${t.id}:${t.epochs_done}`).join(",");
     if (seen !== state.seen) {
-      [state.epochs, state.importance] = await Promise.all([
-        api(`/api/v1/studies/${s}/epochs?limit=1000`), api(`/api/v1/studies/${s}/importance`)]);
+      [state.epochs, state.importance, state.roc] = await Promise.all([
+        api(`/api/v1/studies/${s}/epochs?limit=1000`), api(`/api/v1/studies/${s}/importance`),
+        api(`/api/v1/studies/${s}/roc?n=5`)]);
       state.seen = seen;
     }
     Object.assign(state, { summary, trials: page.trials });
