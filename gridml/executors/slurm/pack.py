@@ -148,7 +148,7 @@ class Packer:
                                alloc_folder=str(folder), slots=rp.pack_slots(req.site),
                                step=rp.step_name(req))
         self._requeue(key, journal.attempt(req.workdir, req.attempt))
-        self.pump(force=True)
+        self.pump()
         return PREFIX + key
 
     def _requeue(self, key: str, entry: dict[str, object]) -> None:
@@ -161,11 +161,10 @@ class Packer:
 
     # -- the pump: allocations, steps ------------------------------------------------------------
     def pump(self, force: bool = False) -> None:
-        """Refresh what Slurm says of the allocations, start queued trials in free slots,
-        submit allocations for the rest, release the idle ones."""
-        if not force and time.monotonic() - self._seen_at < CACHE_S:
-            return
-        self._refresh()
+        """Refresh what Slurm says of the allocations (once per CACHE_S unless ``force``), start
+        queued trials in free slots, submit allocations for the rest, release the idle ones."""
+        if force or time.monotonic() - self._seen_at >= CACHE_S:
+            self._refresh()  # else what squeue said less than CACHE_S ago, and our own starts
         self._launch()
         self._grow()
         self._release()
