@@ -16,7 +16,8 @@
 # and the base's root filesystem as a tar under $GRIDML_IMAGE_CACHE (default
 # ~/.cache/gridml/images), so a wiped podman storage re-imports it without debootstrap.
 # Prints the image's name as its last line on stdout; progress goes to stderr.
-# Exit 3: podman or debootstrap missing (scripts/system-deps.sh installs them).
+# Exit 3: podman or debootstrap missing (scripts/system-deps.sh installs them); exit 4: podman
+# cannot start a container on this machine (its last error line on stderr).
 # GRIDML_DEBIAN_MIRROR: the Debian archive to bootstrap from (default: this machine's apt source).
 set -euo pipefail
 RECIPE=1   # bump when the base's build steps below change
@@ -71,7 +72,48 @@ build_base() {
     "$tar" "$base" >/dev/null
 }
 
+# Can podman start a container here with its defaults? Where root lacks CAP_SYS_RESOURCE (VMs,
+# CI sandboxes) podman's default limits (1048576 open files) are refused ("setrlimit
+# RLIMIT_NOFILE: Operation not permitted"), and crun refuses cgroup v1 with controllers on the
+# v2 hierarchy ("cgroups in hybrid mode not supported"): then a containers.conf with this
+# machine's own limits (and runc) is written and named on stdout as CONTAINERS_CONF=<path>;
+# export it (podman reads it instead of its defaults).
+check_podman() {
+  local conf="$cache/containers.conf" err limits=() runtime="" nproc nofile
+  if [ -s "$conf" ] && CONTAINERS_CONF="$conf" podman run --rm --network=host "$base" true >/dev/null 2>&1; then
+    echo "CONTAINERS_CONF=$conf"; return 0   # found needed before, and it works
+  fi
+  err="$(podman run --rm --network=host "$base" true 2>&1 >/dev/null)" && { rm -f "$conf"; return 0; }
+  for _ in 1 2 3; do
+    case "$err" in
+      *rlimit*|*RLIMIT*)
+        nofile="$(ulimit -Sn):$(ulimit -Hn)"
+        nproc="$(ulimit -Hu)"; [ "$nproc" = unlimited ] && nproc=$(cat /proc/sys/kernel/pid_max)
+        [ "$nproc" -gt "$(cat /proc/sys/kernel/pid_max)" ] && nproc=$(cat /proc/sys/kernel/pid_max)
+        limits=("nofile=$nofile" "nproc=$nproc:$nproc");;
+      *"hybrid mode not supported"*)
+        command -v runc >/dev/null || [ -x /usr/sbin/runc ] || {
+          log "crun refuses this machine's cgroups (hybrid v1/v2) and runc is not installed: run scripts/system-deps.sh"
+          return 1; }
+        runtime=runc;;
+      *) break;;
+    esac
+    { echo "# written by scripts/payload-image.sh: podman's defaults cannot start a container here"
+      echo "[containers]"
+      [ ${#limits[@]} -gt 0 ] && printf 'default_ulimits = ["%s", "%s"]\n' "${limits[@]}"
+      echo "[engine]"
+      [ -n "$runtime" ] && echo "runtime = \"$runtime\""
+    } > "$conf"
+    err="$(CONTAINERS_CONF="$conf" podman run --rm --network=host "$base" true 2>&1 >/dev/null)" && {
+      log "podman needs $conf here (${limits[*]} ${runtime:+runtime $runtime}): export CONTAINERS_CONF=$conf"
+      echo "CONTAINERS_CONF=$conf"; return 0; }
+  done
+  log "podman cannot start a container here: $(printf '%s' "$err" | tail -n 1)"
+  return 1
+}
+
 if podman image exists "$base"; then log "reusing $base"; else build_base; fi
+check_podman || exit 4
 if [ "$what" = base ]; then
   echo "$base"; exit 0
 fi

@@ -14,8 +14,11 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 command -v ip >/dev/null || need+=(iproute2)
 # the payload's container image (scripts/payload-image.sh, tests/integration/test_container_payload.py):
-# podman runs it (crun, conmon, CNI plugins come with it), debootstrap makes its Debian base
+# podman runs it (crun, conmon come with it; runc where crun refuses hybrid cgroups; catatonit
+# for `podman run --init`), debootstrap makes its Debian base
 command -v podman >/dev/null || need+=(podman)
+[ -x /usr/sbin/runc ] || need+=(runc)
+[ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
   echo "[system-deps] installing ${need[*]}" >&2

@@ -10,16 +10,18 @@ folder and the folders of its data files (read-only). Two ways to use an image
   ``python`` are taken by name from the image's ``PATH``.
 - **The image is the operating system, the payload's environment comes from this machine**:
   with ``payload.python`` (or ``$GRIDML_PAYLOAD_PYTHON``) naming an environment that exists
-  here, that environment (and every ``PYTHONPATH`` folder) is mounted read-only at its own path
-  and its interpreter and launchers run in the image (which must hold the same base Python:
-  a venv's ``bin/python`` links to it). A ``payload.python`` that does not exist here names the
-  interpreter inside the image.
+  here, that environment, its base installation (a venv's ``pyvenv.cfg`` ``home``, unless that
+  is ``/usr``) and every ``PYTHONPATH`` folder are mounted read-only at their own paths and its
+  interpreter and launchers run in the image, which provides the C libraries they link to. A
+  ``payload.python`` that does not exist here names the interpreter inside the image.
 
-Podman runs ``--rm --network=host --ipc=host`` (the trial reports to the controller's metrics API
-on loopback; PyTorch's data loader shares memory), as root as is and ``--userns=keep-id`` for a
-user, and gets the trial's variables (``GRIDML_*``, ``HOROVOD_*``, ...) by name; ``podman run``
-passes SIGTERM on to the payload (the executor's kill). GPUs: ``--device nvidia.com/gpu=all``
-(CDI) with podman, ``--nv`` with apptainer.
+Podman runs ``--rm --init --network=host --ipc=host``: a small init (catatonit) is the
+container's PID 1, passes signals on and reaps, so the launcher is not PID 1 (a torch rank whose
+parent is PID 1 takes its launcher for dead and leaves: payloads/train_torch.py); the trial reports
+to the controller's metrics API on loopback; PyTorch's data loader shares memory. It runs as root
+as is and ``--userns=keep-id`` for a user, and gets the trial's variables (``GRIDML_*``,
+``HOROVOD_*``, ...) by name; ``podman run`` passes SIGTERM on to the payload (the executor's kill).
+GPUs: ``--device nvidia.com/gpu=all`` (CDI) with podman, ``--nv`` with apptainer.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def mounts(req: TaskRequest, environ: Mapping[str, str]) -> list[tuple[Path, boo
         ro += [Path(name).parent, Path(name).resolve().parent]
     env_root = host_environment(req)
     if env_root is not None:
-        ro += [env_root, env_root.resolve()]
+        ro += [env_root, env_root.resolve(), *_base_python(env_root)]
         ro += [Path(p) for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     kept: list[Path] = []
     work = req.workdir.absolute()
@@ -102,6 +104,21 @@ def mounts(req: TaskRequest, environ: Mapping[str, str]) -> list[tuple[Path, boo
             kept.append(path)
     out += [(p, False) for p in kept]
     return out
+
+
+def _base_python(env_root: Path) -> list[Path]:
+    """A venv's base installation (pyvenv.cfg's ``home``, e.g. pyenv's ``versions/3.11.7``), which
+    its ``bin/python`` links to; not a system prefix (``/usr``): the image has its own there."""
+    try:
+        cfg = (env_root / "pyvenv.cfg").read_text()
+    except OSError:
+        return []
+    for line in cfg.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            prefix = Path(value.strip()).resolve().parent
+            return [] if str(prefix) in ("/", "/usr", "/usr/local") else [prefix]
+    return []
 
 
 def passed_names(environ: Mapping[str, str], req: TaskRequest) -> list[str]:
@@ -125,7 +142,7 @@ def wrap(req: TaskRequest, environ: Mapping[str, str], run_dir: Path,
         spec = ",".join(f"{p}:{p}" + ("" if rw else ":ro") for p, rw in binds)
         return ["apptainer", "exec", *(["--nv"] if req.gpus > 0 else []), "--bind", spec,
                 "--pwd", str(run_dir), image, *argv]
-    return ["podman", "run", "--rm", "--network=host", "--ipc=host",
+    return ["podman", "run", "--rm", "--init", "--network=host", "--ipc=host",
             "--security-opt", "label=disable",
             *([] if os.getuid() == 0 else ["--userns=keep-id"]),
             *(["--device", "nvidia.com/gpu=all"] if req.gpus > 0 else []),

@@ -49,7 +49,7 @@ def test_the_image_holds_the_payload(tmp_path: Path, monkeypatch: pytest.MonkeyP
     run = req.workdir / "attempt-1"
     argv = container.wrap(req, env, run, engine="podman")
     image = argv.index("localhost/gridml-payload-base:abc")
-    assert argv[:image][:5] == ["podman", "run", "--rm", "--network=host", "--ipc=host"]
+    assert argv[:image][:6] == ["podman", "run", "--rm", "--init", "--network=host", "--ipc=host"]
     # the image's own torchrun, by name, on the trial file at its own path
     assert argv[image + 1:] == ["torchrun", "--nnodes", "1", "--nproc-per-node", "2",
                                 "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
