@@ -69,3 +69,57 @@ class EpochReporter(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if not self.core.end_epoch(epoch + 1, dict(logs or {}), self.profiler.last, self.extra):
             self.model.stop_training = True
+
+
+class PreemptWatch(keras.callbacks.Callback):
+    """Every rank: after each training batch the ranks agree (Horovod's all-reduce, MAX) whether
+    one was warned that the job ends soon (SIGUSR1, payloads/runtime/preempt.py); if so rank 0
+    checkpoints mid-epoch through the trial core (model, optimizer, every rank's running metric
+    sums and RNG states, the loader position) and every rank raises :class:`preempt.Continue`
+    on the same batch, which ends ``model.fit`` at once (no validation of a partial epoch, no
+    epoch report). A run resumed mid-epoch adds the checkpoint's metric sums to its own after
+    the resumed epoch's first batch (Keras resets metrics as an epoch begins; the states of
+    Keras' metrics are sums: Mean, accuracy, AUC's counts).
+
+    ``steps``: training batches per epoch; ``resumed``: (epoch, batches of it already trained)
+    of this run's first epoch; ``save(epoch, batch, states)``: rank 0's checkpoint;
+    ``gather``: the all-gather of Python objects; ``restored``: this rank's saved state."""
+
+    def __init__(self, core: TrialCore, watch: Any, steps: int, resumed: tuple[int, int],
+                 save: Callable[[int, int, list[Any]], Any], gather: Callable[[Any], list[Any]],
+                 restored: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.core, self.watch, self.steps, self.resumed = core, watch, steps, resumed
+        self.save, self.gather, self.restored = save, gather, restored
+        self._epoch, self._offset = 0, 0
+        self._supports_tf_logs = True
+
+    def _variables(self) -> list[Any]:
+        return [v for m in self.model.metrics for v in m.variables]
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._epoch = epoch
+        self._offset = self.resumed[1] if epoch == self.resumed[0] else 0
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        import random
+
+        import numpy as np
+
+        from payloads.runtime import preempt
+
+        if self._offset and self.restored is not None and batch == 0:
+            saved, self.restored = self.restored.get("metrics") or [], None
+            variables = self._variables()
+            if len(saved) == len(variables):  # the epoch's sums before the checkpoint
+                for v, s in zip(variables, saved):
+                    v.assign_add(s)
+        done = self._offset + batch + 1
+        if done >= self.steps or not self.watch.due():
+            return
+        mine = {"metrics": [v.numpy() for v in self._variables()], "numpy": np.random.get_state(),
+                "python": random.getstate()}
+        states = self.gather(mine)
+        epoch = self._epoch
+        self.core.continue_later(epoch, done, lambda: self.save(epoch, done, states))
+        raise preempt.Continue(f"checkpointed in epoch {epoch + 1} after batch {done}")

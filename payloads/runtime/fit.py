@@ -8,8 +8,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from payloads.runtime import callbacks as cbs, costs, gpu, outputs, threads
+from payloads.runtime import callbacks as cbs, costs, gpu, outputs, preempt, threads
 from payloads.runtime.checkpoint import Checkpointer
+from payloads.runtime.errors import CONTINUE_CODE, record_exit_code
 from payloads.runtime.core import TrialCore, metric_hook, run_guarded
 from payloads.runtime.session import (build_model, gather_threads, make_reporter, open_data,
                                       reader_processes)
@@ -77,8 +78,10 @@ def _n_classes(cfg: TrialDoc, y: Any) -> int:
     return int(y.max()) + 1 if "sparse" in cfg.training.loss.lower() else 2
 
 
-def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> tuple[Any, Any]:
-    """tf.data over the training epochs still to run, and over one validation pass."""
+def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int,
+              skip: int = 0) -> tuple[Any, Any]:
+    """tf.data over the training epochs still to run (``skip``: the first one's first batches
+    left out, a run resumed mid-epoch), and over one validation pass."""
     from payloads.runtime.pipeline.inputs import tf_dataset
 
     opts = threads.dataset_options(plan)
@@ -86,7 +89,39 @@ def _datasets(data: Any, plan: threads.ThreadPlan, start: int, epochs: int) -> t
         log.warning("data.validation has fewer rows than ranks: no validation metrics")
         data.val = None
     val_ds = tf_dataset(data.val, None, opts) if data.val is not None else None
-    return tf_dataset(data.train, range(start, epochs), opts), val_ds
+    return tf_dataset(data.train, range(start, epochs), opts, skip=skip), val_ds
+
+
+def _preempt_watch(cfg: TrialDoc, core: TrialCore, ckpt: Checkpointer, model: Any, htf: Any,
+                   device: str, steps: int, start: int) -> cbs.PreemptWatch:
+    """The callback that checkpoints mid-epoch on a warning (payloads/runtime/preempt.py);
+    the agreement is Horovod's all-reduce (MAX) of each rank's flag, every 10th batch on a GPU
+    (a host sync), else every batch."""
+    import time
+
+    import tensorflow as tf
+
+    def any_rank(flag: bool) -> bool:
+        if htf.size() == 1:
+            return flag
+        return float(htf.allreduce(tf.constant([1.0 if flag else 0.0]), op=htf.Max)[0]) > 0
+
+    def save(epoch: int, batch: int, states: list[Any]) -> None:
+        asked = preempt.asked_at()
+        wall = time.time() - (time.monotonic() - asked if asked is not None else 0.0)
+        ckpt.save_step(model, epoch, batch, {"ranks": states, "signal_wall": wall})
+
+    ranks = core.resume_extra.get("ranks") or []
+    mine = ranks[htf.rank()] if len(ranks) == htf.size() else None
+    if mine is not None:
+        import random
+
+        import numpy as np
+
+        np.random.set_state(mine["numpy"])
+        random.setstate(mine["python"])
+    return cbs.PreemptWatch(core, preempt.Watch(any_rank, every=10 if "GPU" in device else 1),
+                            steps, (start, core.resume_batch), save, htf.allgather_object, mine)
 
 
 def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
@@ -109,10 +144,12 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
                      lambda obj: htf.broadcast_object(obj, 0),
                      restore=lambda: ckpt.restore(model),
                      save=lambda epoch: ckpt.save(model, epoch), costs=model_costs,
-                     figures=fig)
+                     figures=fig, checkpointer=ckpt)
     start = core.resume()
     epochs = cfg.training.epochs
-    train_ds, val_ds = _datasets(data, plan, start, epochs)
+    skip = core.resume_batch  # resumed mid-epoch: the first epoch alone, from that batch
+    train_ds, val_ds = _datasets(data, plan, start, start + 1 if skip else epochs, skip)
+    rest_ds = _datasets(data, plan, start + 1, epochs)[0] if skip and start + 1 < epochs else None
     weighted = bool(cfg.data.weights) or cfg.training.class_weights not in (None, "", {})
     k = 2
     if weighted:  # event weight x class factor, average 1 (core.weight_factors)
@@ -120,6 +157,8 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
         k = _n_classes(cfg, y)
         cw, scale = weight_factors(cfg, y, w, k)
         train_ds = kf.train_weights(train_ds, bool(cfg.data.weights), cw, scale, k)
+        if rest_ds is not None:
+            rest_ds = kf.train_weights(rest_ds, bool(cfg.data.weights), cw, scale, k)
         if val_ds is not None and cfg.data.weights:
             vw = _columns(data.val, cfg)[1]  # validation: the event weights, average 1
             mean = float(vw.mean()) if vw is not None and len(vw) else 1.0
@@ -143,12 +182,24 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
             hist, lambda v: htf.allreduce(v, op=htf.Sum), htf.allgather_object, hvd.rank(),
             val_x if hook is not None else None, lambda: _val_columns(data, cfg))
     cb = _callbacks(data, hvd, htf, core, figs)
-    if start < epochs:
-        model.fit(train_ds, epochs=epochs, initial_epoch=start,
-                  steps_per_epoch=data.train.steps_per_epoch, validation_data=val_ds,
-                  validation_steps=data.val.steps_per_epoch if data.val else None,
-                  callbacks=cb, verbose=cfg.training.options.verbose if hvd.rank() == 0
-                  else 0)
+    steps = data.train.steps_per_epoch
+    cb.insert(len(cb) - 1, _preempt_watch(cfg, core, ckpt, model, htf, device, steps, start))
+    # resumed mid-epoch: that epoch's remaining batches as one fit, then the epochs after it
+    parts = ([(train_ds, start, start + 1, steps - skip)] if skip else
+             [(train_ds, start, epochs, steps)]) + ([(rest_ds, start + 1, epochs, steps)]
+                                                     if rest_ds is not None else [])
+    try:
+        for ds, first, last, n in parts if start < epochs else []:
+            model.fit(ds, epochs=last, initial_epoch=first, steps_per_epoch=n,
+                      validation_data=val_ds,
+                      validation_steps=data.val.steps_per_epoch if data.val else None,
+                      callbacks=cb, verbose=cfg.training.options.verbose if hvd.rank() == 0
+                      else 0)
+            if model.stop_training:  # early stopping, a divergence
+                break
+    except preempt.Continue:  # checkpointed on a warning (every rank): continue me
+        record_exit_code(CONTINUE_CODE)  # horovodrun exits 1 whatever its ranks' codes
+        return CONTINUE_CODE
     _evaluate_test(cfg, plan, data, model, htf, hvd.rank(), core, hist, tfig, hook, k)
     if hvd.rank() == 0:
         profiler = cb[-1].profiler
@@ -226,6 +277,7 @@ def _val_columns(data: Any, cfg: TrialDoc, loader: Any = None) -> tuple[Any, Any
 def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
     import tensorflow as tf
 
+    preempt.install()  # SIGUSR1 from now on only asks for a checkpoint (then the pid file)
     threads.apply_tf(plan)
     import horovod.tensorflow.keras as hvd
 

@@ -31,6 +31,11 @@ ENV_DIR = "GRIDML_SIGNAL_DIR"
 _asked: list[float] = []  # when the signal came (monotonic), empty: not asked
 
 
+class Continue(Exception):
+    """Raised on every rank on the batch they agreed on, once the checkpoint is on disk: ends
+    the framework's training loop at once (Keras' ``model.fit``)."""
+
+
 def _handler(signum: int, frame: Any) -> None:
     if not _asked:
         _asked.append(time.monotonic())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,64 @@ def test_torch_trial_continues_from_the_signalled_batch(tmp_path: Path, data: tu
     for k in a:
         np.testing.assert_allclose(a[k].numpy(), b[k].numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
     assert json.loads((out / "result.json").read_text())["epochs"] == 2
+
+
+def test_keras_trial_continues_from_the_signalled_batch(tmp_path: Path, data: tuple) -> None:
+    """One rank under horovodrun, told from outside through the pid file the batch script reads
+    ($GRIDML_SIGNAL_DIR), whenever it lands in epoch 1 or 2: the continued run's weights and
+    per-epoch metrics are the uninterrupted run's (no dropout: Keras' own random layers are not
+    replayed)."""
+    import time
+
+    def keras_trial(name: str) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        return write_trial(folder, *data, hparams={"learning_rate": 0.003, "units": 8,
+                                                    "dropout": 0.0, "activation": "relu"},
+                           training={"epochs": 2, "batch_size": 8, "metrics": ["accuracy"]})
+
+    def run(trial: Path, env: dict[str, str]) -> subprocess.Popen:
+        cmd = ["horovodrun", "-np", "1", "-H", "localhost:1", "--gloo", sys.executable, "-m",
+               "payloads.train_keras", str(trial)]
+        return subprocess.Popen(cmd, cwd=trial.parent, env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(trial.parent / "payload.log", "a"))
+
+    straight = keras_trial("straight")
+    signalled = keras_trial("signalled")
+    ranks = signalled.parent / "ranks"
+    env = {**payload_env(), "GRIDML_SIGNAL_DIR": str(ranks),
+           "GRIDML_EXIT_FILE": str(signalled.parent / "payload_exit_code")}
+    first = run(signalled, env)
+    reference = run(straight, payload_env())
+    progress = signalled.parent / "progress.json"  # rank 0's: written as an epoch begins
+    deadline = time.monotonic() + 240
+    while not (progress.exists() and list(ranks.glob("*.*"))) and first.poll() is None:
+        assert time.monotonic() < deadline, (signalled.parent / "payload.log").read_text()[-3000:]
+        time.sleep(0.05)
+    for pid_file in ranks.glob("*.*"):  # what the batch script's trap does
+        os.kill(int(pid_file.name.rsplit(".", 1)[1]), signal.SIGUSR1)
+    log = signalled.parent / "payload.log"
+    assert first.wait(240) != 0, log.read_text()[-3000:]  # horovodrun: 1, the rank's code:
+    assert (signalled.parent / "payload_exit_code").read_text().strip() == "75"
+    out = signalled.parent / "outputs"
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert state["kind"] == "step" and state["batch"] >= 1, state
+    assert [r["epoch"] for r in _reports(out)] == list(range(1, state["epoch"] + 1))
+    again = run(signalled, payload_env())
+    assert again.wait(240) == 0, log.read_text()[-3000:]
+    assert reference.wait(240) == 0, (straight.parent / "payload.log").read_text()[-3000:]
+    assert f"resuming in epoch {state['epoch'] + 1} after its batch {state['batch']}" in log.read_text()
+    reports, want = _reports(out), _reports(straight.parent / "outputs")
+    assert [r["epoch"] for r in reports] == [1, 2]
+    assert reports[state["epoch"]]["extra"]["resumed"]["from_batch"] == state["batch"]
+    for got, exp in zip(reports, want):
+        for k in ("loss", "accuracy", "val_loss"):
+            assert got["metrics"][k] == pytest.approx(exp["metrics"][k], rel=1e-4, abs=1e-5), k
+
+    def weights(folder: Path) -> list[np.ndarray]:
+        import tensorflow as tf
+
+        return tf.keras.models.load_model(folder / "outputs" / "model.keras", compile=False).get_weights()
+
+    for a, b in zip(weights(signalled.parent), weights(straight.parent)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -5,6 +5,7 @@ windows wholly before them."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -28,6 +29,14 @@ def _files(tmp_path: Path) -> list[str]:
     return paths
 
 
+def _counting(real: Any, read: list[int]) -> Any:
+    """``real`` (the source's read_into), noting the rows each call reads."""
+    def read_into(block: Any, lo: int, hi: int, *rest: Any) -> Any:
+        read.append(hi - lo)
+        return real(block, lo, hi, *rest)
+    return read_into
+
+
 def _batches(loader: ShardedLoader, epochs: list[int], skip: int = 0) -> list[np.ndarray]:
     out = []
     for slab in loader.slabs(epochs, skip=skip):
@@ -40,7 +49,7 @@ def _batches(loader: ShardedLoader, epochs: list[int], skip: int = 0) -> list[np
 def test_skip_resumes_the_same_stream(tmp_path: Path, skip: int, shuffle: bool) -> None:
     paths = _files(tmp_path)
     for rank, ranks in ((0, 1), (1, 2)):
-        def loader() -> ShardedLoader:
+        def loader(rank: int = rank, ranks: int = ranks) -> ShardedLoader:
             src = H5Source(paths, ["x", "y"], block_rows=100)
             return ShardedLoader(src, ["x"], "y", batch=BATCH, rank=rank, ranks=ranks, seed=SEED,
                                  shuffle=shuffle, window=WINDOW)
@@ -55,8 +64,7 @@ def test_skip_resumes_the_same_stream(tmp_path: Path, skip: int, shuffle: bool) 
         # the windows wholly skipped were not read: fewer rows than the epochs hold went in
         read: list[int] = []
         ld = loader()
-        real = ld.src.read_into
-        ld.src.read_into = lambda b, lo, hi, *a: (read.append(hi - lo), real(b, lo, hi, *a))[1]
+        ld.src.read_into = _counting(ld.src.read_into, read)
         assert len(_batches(ld, [2], skip=skip)) == steps - skip
         unread, pieces = 0, ld.pieces(2)
         for w in range(0, len(pieces), WINDOW):  # the windows wholly before the skip point
