@@ -7,6 +7,8 @@ spec.yaml`` (a torch campaign, a ParticleNet-style ``(points, features, mask)`` 
 ``build_model`` only, ``objective: val_rejection_at_50``) -> ``gridml fetch --best``: model.pt,
 model.onnx, roc.png, scores.png, roc.json. The ONNX model, rebuilt in onnxruntime on the
 validation shards, gives the rejection the campaign stored (within roc.json's binning error).
+spec.yaml names the test split (``data.test``): each trial's figures on it are stored apart
+(``gridml status``/``best``: test_metrics), never in an epoch, and fetched as roc_test.*.
 Then ``spec_keras.yaml``: a Keras two-input model on the same data."""
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 EXAMPLE = ROOT / "examples" / "physics"
 FIGURES = ("roc.json", "roc.png", "scores.png")
+TEST_FIGURES = ("roc_test.json", "roc_test.png", "scores_test.png")  # data.test's
 
 # Rebuild model.onnx in onnxruntime, feed it the validation shards' (points, tracks, tracks_mask)
 # and compute the weighted background efficiency at 50 % signal efficiency exactly (the threshold
@@ -76,7 +79,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
                                                            "jet1TrksChg"]
     assert {s: v["label"] for s, v in summary["samples"].items()} == {"quark": 1, "gluon": 0}
     assert summary["samples"]["gluon"]["weight_scale"] == pytest.approx(0.8)
-    assert set(summary["datasets"]) >= {"train", "val"}
+    assert set(summary["datasets"]) >= {"train", "val", "test"}
     return work, home
 
 
@@ -92,17 +95,32 @@ def test_torch_particlenet_style_campaign_optimises_rejection_and_fetches_the_ro
                              env=env)["epochs"]
         assert [e["epoch"] for e in epochs] == [1, 2]
         assert {"loss", "val_loss", "val_auc", "val_rejection_at_50"} <= set(epochs[-1]["metrics"])
+        # data.test: stored apart, never an epoch metric (so never seen by the search)
+        assert not any(k.startswith("test") for e in epochs for k in e["metrics"])
+        test = t["test_metrics"]
+        assert {"loss", "auc", "rejection_at_50", "rejection_at_90"} <= set(test), test
+        assert test["rejection_at_50"] > 1.0 and 0.5 < test["auc"] <= 1
+        assert test["rejection_at_50"] != t["objective"]  # other events than validation's
     best = gridml_json("best", "qg-particlenet", env=env)
     assert best["objective_name"] == "val_rejection_at_50" and best["direction"] == "maximize"
     assert best["objective"] == max(t["objective"] for t in trials)
     assert best["objective"] > 1.0  # a tagger better than a coin: fewer gluons than quarks kept
     assert f"best trial {best['number']}" in proc.stdout
+    assert best["test_metrics"] == next(t for t in trials
+                                        if t["number"] == best["number"])["test_metrics"]
+    shown = gridml("best", "qg-particlenet", env=env).stdout
+    assert "test split" in shown and f"rejection_at_50 = {best['test_metrics']['rejection_at_50']:.5g}" in shown
 
     dest = tmp_path / "best"
     gridml("fetch", "qg-particlenet", "--best", "-o", str(dest), env=env)
     prefix = f"qg-particlenet.trial-{best['number']:04d}."
     names = {p.name for p in dest.iterdir()}
-    assert {prefix + n for n in ("model.pt", "model.onnx", *FIGURES)} <= names, names
+    assert {prefix + n for n in ("model.pt", "model.onnx", *FIGURES, *TEST_FIGURES)} <= names, names
+    roc_test = json.loads((dest / (prefix + "roc_test.json")).read_text())
+    assert roc_test["rejection"]["rejection_at_50"] == pytest.approx(
+        best["test_metrics"]["rejection_at_50"], rel=1e-9)
+    result = json.loads((dest / (prefix + "result.json")).read_text())
+    assert result["test"]["metrics"]["auc"] == pytest.approx(best["test_metrics"]["auc"])
     assert all((dest / (prefix + n)).read_bytes()[:4] == b"\x89PNG" for n in FIGURES[1:])
     roc = json.loads((dest / (prefix + "roc.json")).read_text())
     assert roc["rejection"]["rejection_at_50"] == pytest.approx(best["objective"], rel=1e-9)
