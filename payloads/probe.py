@@ -74,11 +74,15 @@ def _field_of(message: str) -> str:
 
 def _small(cfg: TrialDoc) -> TrialDoc:
     """The trial with one small batch, the first training file only and little adapting."""
+    import h5py
+
     t = cfg.training
+    with h5py.File(cfg.data.train[0], "r") as f:  # (a tiny file: one batch of what it has)
+        rows = len(f[cfg.data.labels]) if cfg.data.labels in f else PROBE_BATCH
     opts = dataclasses.replace(t.options, adapt_samples=min(t.options.adapt_samples, ADAPT_ROWS),
                                reader_processes=0, cache_budget_mb=64.0)
-    training = dataclasses.replace(t, batch_size=min(t.batch_size, PROBE_BATCH), workers=1,
-                                   options=opts)
+    training = dataclasses.replace(t, batch_size=max(1, min(t.batch_size, PROBE_BATCH, rows)),
+                                   workers=1, options=opts)
     data = dataclasses.replace(cfg.data, train=cfg.data.train[:1], validation=(), test=())
     return cfg.replace(training=training, data=data)
 
@@ -253,16 +257,20 @@ def probe(cfg: TrialDoc) -> dict[str, Any]:
     if importlib.util.find_spec(module) is None:
         return {"skipped": f"{module} is not importable by {sys.executable} (the payload's "
                            "interpreter here)"}
-    cfg = _small(cfg)
     try:
+        cfg = _small(cfg)
         ok = check_torch(cfg) if module == "torch" else check_keras(cfg)
     except Problem as e:
         return {"problem": str(e), "field": e.field}
     except PayloadFailure as e:
-        return {"problem": str(e), "field": _field_of(str(e)), "code": e.code}
-    except Exception as e:  # not foreseen above: still one line, with where it happened
-        return {"problem": f"model file {cfg.model_file}{_model_line(e, cfg.model_file)}: "
-                           f"the build check failed: {_why(e)}", "field": "payload.model"}
+        field = "data.train" if e.code == 3 else _field_of(str(e))
+        return {"problem": str(e), "field": field, "code": e.code}
+    except Exception as e:  # not foreseen above: the model file's fault only where it raised
+        where = _model_line(e, cfg.model_file)
+        if where:
+            return {"problem": f"model file {cfg.model_file}{where}: {_why(e)}",
+                    "field": "payload.model"}
+        return {"skipped": f"the check itself failed: {_why(e)}"}
     return {"ok": ok}
 
 

@@ -20,7 +20,7 @@ from gridml.spec import load_spec
 from tests.helpers import ROOT, gridml
 
 sys.path.insert(0, str(ROOT / "examples"))
-from make_sample_data import make_sample_data  # type: ignore[import-not-found]  # noqa: E402
+from make_sample_data import make_sample_data  # type: ignore[import-not-found]
 
 SPEC = """\
 name: bc
@@ -135,7 +135,8 @@ def test_validate_names_a_missing_import_and_submits_nothing(
                      "def build_model(hparams, input_shape):\n    return torch.nn.Linear(10, 1)\n")
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(framework="torch", model="model.py", metrics="[accuracy]"))
-    proc = gridml("validate", str(spec), check=False, timeout=300)
+    proc = gridml("validate", str(spec), check=False, timeout=300,
+                  env={"GRIDML_BUILD_CHECK": "1"})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert lines[0].startswith(
