@@ -124,6 +124,31 @@ class TrialOut(BaseModel):
         return cls(**data)
 
 
+class RocCurve(BaseModel):
+    """One trial's validation ROC curve (its roc.json, thinned): the dashboard's overlay."""
+
+    id: int
+    number: int
+    objective: float | None
+    auc: float | None = None
+    rejection: dict[str, float | str | None] = {}  # rejection_at_NN; "inf": no background left
+    output: str | None = None  # logit | probability
+    signal_efficiency: list[float]
+    background_efficiency: list[float]
+
+
+class RocMissing(BaseModel):
+    number: int
+    reason: str
+
+
+class RocOut(BaseModel):
+    """The ROC curves of the best completed trials, best first, and those that have none."""
+
+    trials: list[RocCurve]
+    missing: list[RocMissing]
+
+
 class StudySummary(StudyOut):
     counts: dict[str, int]
     best: TrialOut | None

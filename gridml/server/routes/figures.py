@@ -22,6 +22,7 @@ from fastapi import APIRouter, Query
 from gridml.server.deps import Store, Who, can_read_study
 from gridml.server.errors import documented
 from gridml.server.routes.studies import StudyRef
+from gridml.server.schemas import RocOut
 from gridml.store import Study, Trial
 from gridml.store.best import direction_of, feasible, usable
 from gridml.store.spec import spec_of
@@ -80,7 +81,8 @@ def _read_roc(study: Study, trial: Trial, dm_box: list[Any]) -> dict[str, Any] |
     return curve
 
 
-@router.get("/{study}/roc", responses=documented(400, 401, 403, 404, 422))
+@router.get("/{study}/roc", response_model=RocOut,
+            responses=documented(400, 401, 403, 404, 422))
 def study_roc(study: StudyRef, store: Store, who: Who,
               n: Annotated[int, Query(ge=1, le=20, description="how many best trials")] = 5
               ) -> dict[str, Any]:
