@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, home: Path, name: str) -> dict[str, Any]:
                                    payload_override=TRIVIAL))
     campaign = ctl.Campaign(loaded, store, executor, data, settings().runs_dir, api_url=None, poll_s=0.5)
     sbatch = {"calls": 0}
-    real_submit, real_array = cli.submit, cli.submit_array
+    real_submit = cli.submit  # every sbatch (arrays too) goes through it
 
     def counted(fn: Any) -> Any:
         def call(*a: Any, **kw: Any) -> Any:
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace, home: Path, name: str) -> dict[str, Any]:
             return fn(*a, **kw)
         return call
 
-    cli.submit, cli.submit_array = counted(real_submit), counted(real_array)  # type: ignore[method-assign]
+    cli.submit = counted(real_submit)  # type: ignore[method-assign]
     step_s = 0.0
     t0 = time.perf_counter()
     while True:
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace, home: Path, name: str) -> dict[str, Any]:
         time.sleep(campaign.poll_s)
     wall = time.perf_counter() - t0
     executor.close()
-    cli.submit, cli.submit_array = real_submit, real_array  # type: ignore[method-assign]
+    cli.submit = real_submit  # type: ignore[method-assign]
     trials = store.list_trials(campaign.study.id)
     done = sum(t.state == "completed" for t in trials)
     n = len(trials)

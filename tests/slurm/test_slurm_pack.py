@@ -116,7 +116,7 @@ def runs(gridml_home: Path, slurm_env: SlurmCluster) -> Iterator[Any]:
 
     yield make
     for r in made:
-        for job, name, state in slurm_env.sacct("--name", f"gridml.{r.name}.alloc,gridml.{r.name}.array"):
+        for job, _name, state in slurm_env.sacct("--name", f"gridml.{r.name}.alloc,gridml.{r.name}.array"):
             if state in ("RUNNING", "PENDING"):
                 cli.cancel(job)
         r.store.close()

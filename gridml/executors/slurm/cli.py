@@ -56,9 +56,11 @@ def _first_error(text: str) -> str:
     return (errors[-1] if errors else lines[-1] if lines else "no output").removeprefix("sbatch: ")
 
 
-def submit(script: Path, *, partition: str | None = None) -> str:
-    """``sbatch --parsable SCRIPT`` -> the job id. Errors are one line naming what to fix."""
-    proc = _run(["sbatch", "--parsable", str(script)], what=f"sbatch {script}")
+def submit(script: Path, *, partition: str | None = None, array: str | None = None) -> str:
+    """``sbatch --parsable [--array=RANGE] SCRIPT`` -> the job id. Errors are one line naming
+    what to fix."""
+    extra = [f"--array={array}"] if array else []
+    proc = _run(["sbatch", "--parsable", *extra, str(script)], what=f"sbatch {script}")
     if proc.returncode != 0:
         why = _first_error(proc.stderr or proc.stdout)
         if "invalid partition" in why.lower():
@@ -272,15 +274,8 @@ def array_tasks(job_id: str) -> dict[int, JobInfo]:
 
 
 def submit_array(script: Path, array: str) -> str:
-    """``sbatch --parsable --array=RANGE SCRIPT`` -> the array's job id."""
-    proc = _run(["sbatch", "--parsable", f"--array={array}", str(script)], what=f"sbatch {script}")
-    if proc.returncode != 0:
-        raise ExecutorError(f"sbatch {script}: {_first_error(proc.stderr or proc.stdout)}",
-                            hint="see `sinfo` and the script's #SBATCH lines")
-    job_id = proc.stdout.strip().split(";")[0].strip()
-    if not job_id.isdigit():
-        raise ExecutorError(f"sbatch {script}: unexpected answer {proc.stdout.strip()!r}")
-    return job_id
+    """``sbatch --parsable --array=RANGE SCRIPT`` -> the array's job id (errors as :func:`submit`)."""
+    return submit(script, array=array)
 
 
 def node_states(nodes: str) -> dict[str, str]:

@@ -274,7 +274,7 @@ class SlurmExecutor:
             status = trial_status(info, run, killed=killed)
             if info.state == "FAILED" and not killed:
                 status = self._lost_node_or(status, info)
-            elif info.state == "RUNNING" and not killed:
+            elif info.state in ("RUNNING", "COMPLETING") and not killed:
                 status = self._on_lost_node(status, info, run)
             if entry.get("state") != info.state or entry.get("nodes") != info.nodes:
                 journal.update_attempt(workdir, attempt, state=info.state, nodes=info.nodes)
@@ -321,8 +321,12 @@ class SlurmExecutor:
     def _on_lost_node(self, status: TaskStatus, info: cli.JobInfo, run: Path) -> TaskStatus:
         """A running job one of whose nodes Slurm sees DOWN or NOT_RESPONDING (``scontrol show
         node``): lost now, not after Slurm's NODE_FAIL (SlurmdTimeout) or the surviving ranks'
-        timeouts; the job is cancelled and the trial resubmitted without using a retry."""
+        timeouts; the job is cancelled and the trial resubmitted without using a retry. A job
+        COMPLETING (its batch script ended, a step on the lost node cannot be cleaned up) is judged
+        the same unless its payload succeeded (exit code 0)."""
         if not info.nodes or info.nodes in ("(null)", "None assigned"):
+            return status
+        if info.state == "COMPLETING" and _exit_code(run) == 0:
             return status
         when, lost = self._nodes_seen.get(info.nodes, (0.0, []))
         if time.monotonic() - when > NODES_CACHE_S:
@@ -338,7 +342,7 @@ class SlurmExecutor:
             cli.cancel(info.job_id)
         except ExecutorError as exc:
             log.warning("slurm:%s: not cancelled: %s", info.job_id, exc)
-        return TaskStatus("failed", f"Slurm job {info.job_id} RUNNING on {info.nodes}: node "
+        return TaskStatus("failed", f"Slurm job {info.job_id} {info.state} on {info.nodes}: node "
                           f"{', '.join(lost)} was lost under it (Slurm marks it down), not the "
                           "payload; resubmitted without using a retry", tail(run / "payload.log"),
                           infrastructure=True)
