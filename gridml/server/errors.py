@@ -27,7 +27,25 @@ def status_of(exc: GridmlError) -> int:
 
 
 def error_body(exc: GridmlError) -> dict[str, Any]:
-    return {"detail": exc.message, "hint": exc.hint}
+    body: dict[str, Any] = {"detail": exc.message, "hint": exc.hint}
+    if isinstance(exc, PointError):
+        body["errors"] = exc.fields()
+    return body
+
+
+class PointError(SpecError):
+    """A point outside its study's ``search.space`` (422): each problem, ``hparams.NAME: what;
+    fix`` as ``gridml.specmodel.space.point_problems`` words it, also in ``errors`` with its
+    location, as a request that does not validate lists them (``loc`` ``["body", "hparams",
+    NAME]``, ``type`` ``"outside_space"``), so that an optimizer can tell which dimension."""
+
+    def fields(self) -> list[dict[str, Any]]:
+        out = []
+        for problem in self.problems:
+            where, _, msg = problem.partition(": ")
+            loc: list[str | int] = ["body", *where.split(".", 1)] if msg else ["body", "hparams"]
+            out.append({"loc": loc, "msg": msg or problem, "type": "outside_space"})
+        return out
 
 
 class ApiError(Exception):
@@ -51,6 +69,7 @@ MEANING = {
     413: "the request body is over the server's size limit (8 MiB unless `gridml serve "
          "--max-body` says otherwise); `detail` names the limit",
     422: "the request does not validate against this document (`errors` says where)",
+    # (a route whose content is also checked against stored state names it, e.g. the space)
     503: "the metrics database is unavailable; retry later",
 }
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gridml.errors import GridmlError, SearchError, SpecError
+from gridml.errors import GridmlError, SearchError
+from gridml.server.errors import PointError
 from gridml.store import Study
 from gridml.store.spec import Search, spec_of
 from gridml.store.sql import SqlStore
@@ -66,4 +67,5 @@ def validate_hparams(study: Study, hparams: dict[str, Any]) -> None:
         return  # the external optimizer owns the space: any point (the spec left it out)
     problems = point_problems(search.space_dict(), hparams)
     if problems:
-        raise SpecError(problems, hint="send a point inside the study's search.space")
+        raise PointError(problems, hint="send a point inside the study's search.space (GET "
+                                        f"/api/v1/studies/{study.name} has it in spec.search)")

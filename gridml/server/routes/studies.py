@@ -15,6 +15,7 @@ from gridml.errors import ConflictError
 from gridml.server.deps import Principal, Store, Who, can_read_study, can_write_study
 from gridml.server.admin import is_loopback
 from gridml.server.errors import ApiError, documented
+from gridml.server.links import ASKED, FIRST_TRIAL, STUDY, TRIAL, links
 from gridml.server.specs import check_spec
 from gridml.server.schemas import (
     AskOut,
@@ -51,7 +52,7 @@ def _study(store: Store, ref: str, who: Principal, write: bool = False) -> Study
                  e403="this server takes no new studies (it has no admin token)",
                  e409="a study with this name exists", e422=(
                  "the body does not validate, or the spec does not (checked as `gridml "
-                 "validate` checks one; `detail` names each field)")))
+                 "validate` checks one; `detail` names each field)")) | links(s201=STUDY))
 def create_study(body: StudyCreate, store: Store, request: Request) -> StudyCreated:
     """Create a study from a (resolved) spec; the study token is in the reply, once.
     Needs the server's admin token as bearer token (`gridml serve` prints it); a server on
@@ -125,7 +126,7 @@ def study_importance(study: StudyRef, store: Store, who: Who) -> dict[str, float
 
 
 @router.get("/{study}/trials", response_model=TrialPage,
-            responses=documented(400, 401, 403, 404, 422))
+            responses=documented(400, 401, 403, 404, 422) | links(s200=FIRST_TRIAL))
 def list_trials(study: StudyRef, store: Store, who: Who,
                 state: Annotated[list[StateFilter] | None, Query(
                     description="trial states, repeated or comma-separated")] = None,
@@ -145,7 +146,7 @@ def list_trials(study: StudyRef, store: Store, who: Who,
                  "the study is closed or finished, its `max_trials` budget is spent (search."
                  "algorithm external), or its spec has no search section"), e422=(
                  "the body does not validate, or the point is outside the study's "
-                 "search.space (`detail` names each problem)")))
+                 "search.space (`detail` names each problem)")) | links(s201=TRIAL))
 def enqueue_trial(study: StudyRef, body: TrialEnqueue, store: Store, who: Who) -> TrialOut:
     """An external optimizer's point: validated against the space, queued for the controller,
     which runs queued trials in the order they were enqueued."""
@@ -159,7 +160,8 @@ def enqueue_trial(study: StudyRef, body: TrialEnqueue, store: Store, who: Who) -
 
 @router.post("/{study}/ask", response_model=AskOut,
              responses=documented(400, 401, 403, 404, 409, 422,
-                                  e409="the study's spec has no search.space to search"))
+                                  e409="the study's spec has no search.space to search")
+             | links(s200=ASKED))
 def ask(study: StudyRef, store: Store, who: Who,
         n: Annotated[int, Query(ge=1, le=256)] = 1) -> AskOut:
     """``n`` points proposed by the study's own searcher (nothing is enqueued)."""

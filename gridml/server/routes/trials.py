@@ -12,6 +12,7 @@ from gridml.server import metrics, searching
 from gridml.store.sql.convert import utcnow
 from gridml.server.deps import Principal, Store, Who, can_read_trial, can_write_trial
 from gridml.server.errors import documented
+from gridml.server.links import REPORTED, TRIAL, links
 from gridml.server.schemas import (
     EpochAck,
     EpochIn,
@@ -50,7 +51,9 @@ def get_trial(trial: TrialId, store: Store, who: Who) -> TrialOut:
 
 
 @router.post("/{trial}/epochs", status_code=201, response_model=EpochAck, responses={
-    200: {"model": EpochAck, "description": "the same report was stored before (a no-op)"},
+    200: {"model": EpochAck, "description": "the same report was stored before (a no-op)",
+          "links": REPORTED},
+    201: {"links": REPORTED},
     **documented(400, 401, 403, 404, 409, 422,
                  e409="a different report is stored for this epoch (reports are write-once)")})
 async def post_epoch(trial: TrialId, body: EpochIn, store: Store, who: Who, request: Request,
@@ -82,7 +85,8 @@ def heartbeat(trial: TrialId, store: Store, who: Who) -> Heartbeat:
 
 @router.post("/{trial}/finish", response_model=TrialOut,
              responses=documented(400, 401, 403, 404, 409, 422,
-                                  e409="the trial already finished in another state"))
+                                  e409="the trial already finished in another state")
+             | links(s200={"GetTrial": TRIAL["GetTrial"]}))
 def finish(trial: TrialId, body: FinishIn, store: Store, who: Who) -> TrialOut:
     """Mark the trial finished; the objective defaults to the last epoch's objective metric."""
     _writable(store, trial, who)
