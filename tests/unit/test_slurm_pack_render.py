@@ -52,11 +52,12 @@ def test_a_step_is_one_srun_exact_with_its_cores_gpus_and_walltime(tmp_path: Pat
     run = req.workdir / "attempt-2"
     assert rp.srun_argv(req, "123") == [
         "srun", "--jobid=123", "--exact", "--nodes=1", "--ntasks=1", "--cpus-per-task=2",
-        "--mem=4096M", "--gpus-per-task=1", "--time=00:15:00",
+        "--mem=4096M", "--gpus-per-task=1", "--signal=USR1@120", "--time=00:15:00",
         "--job-name=gridml.fields.trial-0000.a2", f"--chdir={run}",
         f"--output={run}/payload.log", "--open-mode=append", "--kill-on-bad-exit=1",
         "bash", f"{run}/step.sh"]
-    assert not any(a.startswith("--gpus") for a in rp.srun_argv(packed(tmp_path), "1"))
+    plain = rp.srun_argv(packed(tmp_path, site={"signal_grace": 0}), "1")
+    assert not any(a.startswith(("--gpus", "--signal")) for a in plain)
 
 
 def test_the_step_script_is_the_batch_script_without_its_sbatch_lines(tmp_path: Path) -> None:

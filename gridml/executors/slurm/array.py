@@ -28,6 +28,7 @@ from gridml.executors.journal import HandleIndex, write_json
 from gridml.executors.logs import last_error_line, tail
 from gridml.executors.slurm import cli, journal
 from gridml.executors.slurm import render_pack as rp
+from payloads.runtime.errors import CONTINUE_CODE
 
 log = logging.getLogger("gridml.executors.slurm")
 
@@ -174,6 +175,9 @@ class Arrays:
         log_tail = tail(run / "payload.log")
         if code == 0:
             return TaskStatus("completed", f"Slurm array task {job_id}_{task} ended (exit code 0)")
+        if code == CONTINUE_CODE:  # checkpointed on Slurm's warning: continued, no retry used
+            return TaskStatus("failed", f"Slurm array task {job_id}_{task}: the trial checkpointed "
+                              "and left to be continued", log_tail, continuation=True)
         if code is not None:
             last = last_error_line(log_tail)
             return TaskStatus("failed", f"Slurm array task {job_id}_{task}: the payload exited with "

@@ -38,6 +38,7 @@ from gridml.executors.journal import HandleIndex, read_json
 from gridml.executors.logs import last_error_line, tail
 from gridml.executors.slurm import cli, journal
 from gridml.executors.slurm import render_pack as rp
+from payloads.runtime.errors import CONTINUE_CODE
 
 log = logging.getLogger("gridml.executors.slurm")
 
@@ -315,6 +316,10 @@ class Packer:
         log_tail = tail(run / "payload.log")
         if code == 0:
             return TaskStatus("completed", f"{head}: exit code 0")
+        if code == CONTINUE_CODE:  # checkpointed on Slurm's warning: continued, no retry used
+            return TaskStatus("failed", f"{head}: the trial checkpointed on Slurm's warning "
+                              "(slurm.signal_grace) and left to be continued", log_tail,
+                              continuation=True)
         if code is not None:
             last = last_error_line(log_tail)
             return TaskStatus("failed", f"{head}: the payload exited with code {code}"

@@ -6,7 +6,8 @@ K times a trial's) and runs nothing but a holder loop; every trial attempt is on
 it, started from the submit host::
 
     srun --jobid=<allocation> --exact --nodes=1 --ntasks=1 --cpus-per-task=<cores> --mem=<M>
-         [--gpus-per-task=<gpus>] --time=<resources.walltime> --job-name=<trial>.a<attempt>
+         [--gpus-per-task=<gpus>] [--signal=USR1@<slurm.signal_grace>]
+         --time=<resources.walltime> --job-name=<trial>.a<attempt>
          --chdir=<attempt folder> --output=<attempt folder>/payload.log --open-mode=append
          bash <attempt folder>/step.sh
 
@@ -33,7 +34,8 @@ from typing import Any
 
 from gridml import fields
 from gridml.executors.base import TaskRequest
-from gridml.executors.slurm.render import attempt_dir, job_name, sbatch_options, slurm_time
+from gridml.executors.slurm.render import (attempt_dir, job_name, sbatch_options, signal_grace_s,
+                                           slurm_time)
 from gridml.executors.slurm.render import render_for_request as one_job
 from gridml.specmodel.model import parse_walltime
 
@@ -143,6 +145,8 @@ def srun_argv(req: TaskRequest, alloc_id: str) -> list[str]:
             f"--cpus-per-task={max(req.cores, 1)}", f"--mem={memory_mb(req)}M"]
     if req.gpus > 0:
         argv.append(f"--gpus-per-task={req.gpus}")
+    if (grace := signal_grace_s(req)) > 0:  # Slurm's warning to the step (slurm.signal_grace)
+        argv.append(f"--signal=USR1@{grace}")
     argv += [f"--time={slurm_time(req.walltime_s)}",
              f"--job-name={fields.job_name(step_name(req))}",
              f"--chdir={run}", f"--output={run / 'payload.log'}", "--open-mode=append",
