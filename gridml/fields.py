@@ -289,11 +289,11 @@ def _packing_problems(spec: Any, slurm: Any) -> list[Problem]:
                         "own: use horovod: gloo or leave pack out"))
         if getattr(slurm, "pack_walltime", None) is not None:
             try:
-                short = slurm.pack_walltime_s < resources.walltime_s
+                short = slurm.pack_walltime_s < resources.walltime_s + 60
             except (ValueError, TypeError, AttributeError):
                 short = False
             if short:
                 out.append((("slurm", "pack_walltime"), f"slurm.pack_walltime {slurm.pack_walltime!r} "
-                            f"is shorter than resources.walltime {resources.walltime!r}: no trial "
-                            "would fit an allocation; raise it"))
+                            f"leaves no room for a trial of resources.walltime {resources.walltime!r} "
+                            "(the allocation needs the trial's walltime + 1 min); raise it"))
     return out

@@ -124,7 +124,7 @@ class _Spec:
     ({"pack_walltime": "2h"}, {}, "pack_walltime needs slurm.pack"),
     ({"pack": 2}, {"nodes": 2}, "packs one-node trials"),
     ({"pack": 2}, {"horovod": "mpi"}, "horovod: mpi needs an allocation of its own"),
-    ({"pack": 2, "pack_walltime": "30m"}, {}, "shorter than resources.walltime"),
+    ({"pack": 2, "pack_walltime": "1h"}, {}, "leaves no room for a trial"),
 ])
 def test_pack_and_array_are_checked_against_the_spec(slurm: dict[str, Any], kw: dict[str, Any],
                                                       wanted: str) -> None:

@@ -90,6 +90,7 @@ class Packer:
         self._queue: list[Queued] = []
         self._started: dict[str, str] = {}  # handle key -> allocation of its running step
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._reap: list[subprocess.Popen[bytes]] = []
         self._where: dict[str, tuple[Path, int]] = {}
         self._seen_at = 0.0
         self.sbatch_calls = 0
@@ -164,6 +165,7 @@ class Packer:
     def pump(self, force: bool = False) -> None:
         """Refresh what Slurm says of the allocations (once per CACHE_S unless ``force``), start
         queued trials in free slots, submit allocations for the rest, release the idle ones."""
+        self._reap = [p for p in self._reap if p.poll() is None]
         if force or time.monotonic() - self._seen_at >= CACHE_S:
             self._refresh()  # else what squeue said less than CACHE_S ago, and our own starts
         self._launch()
@@ -196,8 +198,11 @@ class Packer:
         return max(mine, len(a.steps))
 
     def _fits(self, a: Allocation, q: Queued) -> bool:
+        """``q`` may start in ``a``: the same shape, and the trial's walltime left in it (+
+        MARGIN_S once it runs: srun's start and the step's end take that)."""
+        margin = rp.MARGIN_S if a.state == "RUNNING" else 0
         return (a.shape == q.shape and not a.gone and
-                (a.time_left_s is None or a.time_left_s >= q.walltime_s + rp.MARGIN_S))
+                (a.time_left_s is None or a.time_left_s >= q.walltime_s + margin))
 
     def _launch(self) -> None:
         for q in list(self._queue):
@@ -301,7 +306,7 @@ class Packer:
             self._started.pop(key, None)
             proc = self._procs.pop(key, None)
             if proc is not None and proc.poll() is None:
-                proc.wait(timeout=30)
+                self._reap.append(proc)  # srun still ending the step: reaped by a later pump
             journal.update_attempt(workdir, attempt, state=status.state.upper())
         return status
 

@@ -56,9 +56,11 @@ def is_array(site: dict[str, Any] | None) -> bool:
 
 
 def pack_walltime_s(req: TaskRequest) -> int:
-    """An allocation's walltime: ``slurm.pack_walltime``, default 4 x the trial's."""
+    """An allocation's walltime: ``slurm.pack_walltime``, default 4 x the trial's; at least the
+    trial's + 2 x MARGIN_S (validation says so; a shorter one could never start a step)."""
     given = (req.site or {}).get("pack_walltime")
-    return parse_walltime(given) if given is not None else 4 * req.walltime_s
+    seconds = parse_walltime(given) if given is not None else 4 * req.walltime_s
+    return max(seconds, req.walltime_s + 2 * MARGIN_S)
 
 
 def memory_mb(req: TaskRequest) -> int:
