@@ -152,8 +152,8 @@ def test_out_of_descriptors_shrinks_the_lru_then_fails_with_the_limit_and_the_fi
 
 
 def test_default_bound_and_validate_check() -> None:
-    assert default_max_open(256) == 128 and default_max_open(1024) == 768
-    assert default_max_open(1 << 20) == 1024 and default_max_open(50) == 8
+    assert default_max_open(256) == 128 and default_max_open(200) == 72
+    assert default_max_open(1024) == 256 and default_max_open(50) == 8
     assert open_files_problem(10_000, None, 1024) is None
     assert open_files_problem(10_000, 500, 1024) is None
     field, msg = open_files_problem(10_000, 5000, 1024) or ("", "")
