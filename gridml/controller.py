@@ -174,9 +174,8 @@ class Campaign:
         following = [t for t in trials if t.state in FOLLOWED]
         if not self._remote:  # the live channel: new epochs and decisions (gridml/live.py)
             self.live.cycle(following)
-        for trial in following:
-            self._follow(trial)
-        if following:  # (the store changes only for trials that ran)
+        changed = [self._follow(trial) for trial in following]
+        if any(changed):  # (an idle cycle reads the trials once)
             trials = self.store.list_trials(self.study.id)
         if self.stopped_by is None:
             self.stopped_by = self.same_failures(trials)
@@ -323,16 +322,17 @@ class Campaign:
                              "campaign has no executor")
         return self.executor
 
-    def _follow(self, trial: Trial) -> None:
+    def _follow(self, trial: Trial) -> bool:
+        """Poll the trial's task and act on what it says; True when the store was written."""
         handle = self._handles.get(trial.id) or trial.external_id
         stopping = trial.state == "stopping"
         if not handle:  # recorded as submitted, but the controller died before the executor call
             if stopping:  # (asked to stop before it ran: nothing to run)
                 self.store.update_trial(trial.id, state="stopped", finished=now(),
                                         error=f"{STOPPED} before it started")
-                return
+                return True
             self.submit(self.store.update_trial(trial.id, state="queued", attempts=trial.attempts - 1))
-            return
+            return True
         if stopping:
             self._ask_to_stop(trial, handle)
         status = self._executor.poll(handle)
@@ -362,6 +362,9 @@ class Campaign:
             self.finalize(trial, TaskStatus("failed", f"no heartbeat for {timeout}: the trial hung"))
             if stopping:
                 self._stopped(trial)
+        else:
+            return False  # still running, nothing stored
+        return True
 
     # ---- `gridml stop` (gridml/store/stopping.py) -----------------------------------------
     def _ask_to_stop(self, trial: Trial, handle: str) -> None:
@@ -402,11 +405,11 @@ class Campaign:
         signs = [t for t in (trial.last_heartbeat, trial.started, self._listening_since)
                  if t is not None]
         signs = [t.replace(tzinfo=UTC) if t.tzinfo is None else t for t in signs]
+        timeout = parse_walltime(self.spec.backend.heartbeat_timeout)
+        if (now() - max(signs)).total_seconds() <= timeout:
+            return False  # (the common case: no folder read)
         written = _newest_mtime(self._workdir(trial) / "outputs")
-        if written is not None:
-            signs.append(datetime.fromtimestamp(written, UTC))
-        last = max(signs)
-        if (now() - last).total_seconds() <= parse_walltime(self.spec.backend.heartbeat_timeout):
+        if written is not None and time.time() - written <= timeout:
             return False
         # a trial whose training is over (every epoch spooled, or its result written) sends no
         # heartbeats while it saves its model and drains its reports: it is finishing, not hung
