@@ -81,6 +81,7 @@ class ShardedLoader:
         self._stop = threading.Event()
         self._outs: queue.Queue | None = None  # recycled slab buffers (slabs(reuse=True))
         self._alloc: Callable[..., np.ndarray] | None = None  # their allocator
+        self._skip = 0  # batches of the first epoch the read stage leaves out (slabs(skip=))
 
     # --- the plan -------------------------------------------------------------------------
     @property
@@ -172,13 +173,12 @@ class ShardedLoader:
         self._decoded = self._reader.read_in_order(
             [self.src.blocks[p.block] for i, p in enumerate(pieces) if i in self._requested])
 
-    def _read_stage(self, epochs: list[int], free: queue.Queue, out: queue.Queue,
-                    skip: int = 0) -> None:
-        """``skip``: batches of the first epoch not to deliver (a trial resumed mid-epoch): the
+    def _read_stage(self, epochs: list[int], free: queue.Queue, out: queue.Queue) -> None:
+        """``self._skip``: batches of the first epoch not to deliver (resumed mid-epoch): the
         windows wholly before them are not read at all, the window they end in is read and its
         first rows (in the epoch's order) dropped, so what follows is batch for batch what an
         uninterrupted epoch gives."""
-        drop = skip * self.batch
+        drop = self._skip * self.batch
         for epoch in epochs:
             pieces = self.pieces(epoch)
             groups = plan.windows(pieces, self.window)
@@ -340,7 +340,8 @@ class ShardedLoader:
                 # except by a given allocator (pinned memory: made in the consumer's thread,
                 # where the rank's GPU is the current device)
                 self._outs.put(_NEW if alloc is None else self._new_buffer(alloc, self._slab_rows()))
-        stages = [(self._read_stage, windows, (epochs, free, windows, skip)),
+        self._skip = skip  # read by _read_stage
+        stages = [(self._read_stage, windows, (epochs, free, windows)),
                   (self._shuffle_stage, slabs, (windows, free, slabs))]
         threads = [threading.Thread(target=self._guard, args=(fn, out, *args), daemon=True,
                                     name=f"gridml-{fn.__name__.strip('_')}-r{self.rank}")
