@@ -365,16 +365,29 @@ class TrialCore:
         if epoch >= self.cfg.training.epochs:
             return False
         decision = (False, "")
-        if self.rank == 0 and self.reporter is not None:
-            # (without early stopping only `gridml stop` decides: the folder is not waited on)
+        if self.rank == 0 and self.reporter is not None and self.cfg.early_stopping:
             decision = self.reporter.should_stop() if self.reporter.api is not None \
-                else channel.read_decision(self.cfg.output_dir.parent, epoch,  # no API: the folder
-                                           None if self.cfg.early_stopping else 0.0)
+                else channel.read_decision(self.cfg.output_dir.parent, epoch)  # no API: the folder
+        elif self.rank == 0 and self.reporter is not None:
+            decision = self._stop_requested(epoch)
         stop, reason = self.broadcast(decision)
         if stop:
             self.stop_reason = reason or "the server asked to stop"
             log.info("stopping after epoch %d: %s", epoch, self.stop_reason)
         return bool(stop)
+
+    def _stop_requested(self, epoch: int) -> tuple[bool, str]:
+        """Rank 0, without early stopping: whether `gridml stop` asked this trial to stop (the
+        controller's decision.json in the trial's folder, else the API's should-stop once this
+        epoch's report is posted); never waits on a slow or gone server (training goes on)."""
+        stop, reason = channel.read_decision(self.cfg.output_dir.parent, epoch, 0.0)
+        reporter = self.reporter
+        if stop or reporter is None or reporter.api is None or not reporter.flush(timeout=0.5):
+            return stop, reason
+        status, body = reporter.api.request("GET", "/should-stop", retries=0)
+        if status == 200 and isinstance(body, dict):
+            return bool(body.get("stop")), str(body.get("reason") or "")
+        return False, ""
 
     # ---- the end (rank 0) --------------------------------------------------------------------
     def finish(self, save_model: Callable[[Path], dict[str, Any]],
