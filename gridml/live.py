@@ -16,7 +16,10 @@ Each controller cycle (:meth:`LiveChannel.cycle`, from :class:`gridml.controller
    (:func:`gridml.search.stopping.decide` on the curves of every trial of the study, as the API's
    should-stop computes them in gridml/server/searching.py) written to its ``decision.json``
    (written to a temporary file, renamed over it), ``{"epoch", "stop", "reason"}``; a payload
-   without an API reads it at each epoch end and ends as ``pruned``, as over HTTP.
+   without an API reads it at each epoch end and ends as ``pruned``, as over HTTP. A trial that
+   `gridml stop` asked to stop (state ``stopping``, gridml/store/stopping.py) gets a stop
+   decision instead (:meth:`LiveChannel.stop`, from ``Campaign._follow``), which no rule's
+   answer replaces; the controller records it ``stopped`` when its job ends.
 3. **stall** (:meth:`LiveChannel.stalled`, asked by the controller for each trial its executor
    says is running): ``progress.json``'s content (pid, epoch, batch counter) must change within
    ``backend.stall_timeout``; its modification time is never used (clocks differ across hosts).
