@@ -132,7 +132,8 @@ def test_out_of_descriptors_shrinks_the_lru_then_fails_with_the_limit_and_the_fi
         resource.setrlimit(resource.RLIMIT_NOFILE, (n + 5, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         pool = OpenFiles(50)  # more than the limit allows: the LRU halves on EMFILE
         src = H5Source(paths, ["x", "y"], pool=pool)
-        print("ok", pool.capacity, pool.peak, sum(len(src.read(b)["y"]) for b in src.blocks))
+        rows = sum(len(src.read(b)["y"]) for b in src.blocks)
+        print("ok", pool.capacity, pool.peak, rows)
         resource.setrlimit(resource.RLIMIT_NOFILE, (n - 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         pool.close_all()
         try:

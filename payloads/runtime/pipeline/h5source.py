@@ -132,7 +132,8 @@ class _Open:
     __slots__ = ("path", "fid", "dsids", "dsets", "fd", "own_fd", "pins")
 
     def __init__(self, path: str, hdf5: bool) -> None:
-        self.path, self.fid, self.pins, self.own_fd = path, None, 0, False
+        self.path, self.pins, self.own_fd = path, 0, False
+        self.fid: Any = None
         self.dsids: dict[str, Any] = {}
         self.dsets: dict[str, Any] = {}
         if hdf5:
@@ -260,6 +261,13 @@ class OpenFiles:
                 self.capacity = max(1, len(self._d) + 1)
                 log.warning("open files: out of descriptors with %d input files open; "
                             "holding at most %d from now on", 2 * len(self._d), self.capacity)
+
+    def discard(self, path: str) -> None:
+        """Close ``path`` now if no one is using it (its HDF5 open is no longer needed)."""
+        with self._lock:
+            e = self._d.get(path)
+            if e is not None and not e.pins:
+                self._d.pop(path).close()
 
     def close_all(self, paths: Sequence[str] | None = None) -> None:
         with self._lock:
@@ -453,6 +461,8 @@ class H5Source:
                                   f"{self.paths[0]} has {self.dtypes[n]}{self.row_shapes[n]}")
             # the direct readers, now that the file is open: its reads need no HDF5 open later
             self._direct_of(i, e)
+        if i and not self._hdf5_needed(i):  # closed at once: HDF5 opens slow down with many
+            self.pool.discard(path)          # files open, and the epochs reopen it bare
         return int(next(iter(lens.values())))
 
     def _make_blocks(self) -> list[Block]:

@@ -1,0 +1,183 @@
+"""The same rows in 10 / 1,000 / 10,000 HDF5 files: what the file count costs the payload's input
+pipeline (issue 28; docs/data.md "Many files").
+
+Each case runs in a fresh process under ``ulimit -n 1024`` (soft and hard: the usual limit of
+login and compute nodes), as a trial's rank does: the training source is opened and checked
+(*start*: ``H5Source``, the first batch included; every case has the same chunks, of
+``rows / max(cases)`` rows, so the file count alone differs), one shuffled epoch is read through
+``ShardedLoader`` (*throughput*: rows/s), the source is closed (*end*). A thread samples the
+process's descriptors (``/proc/self/fd``) every 2 ms (*peak fds*, against the LRU's bound).
+The shuffle quality of the bounded order (the window of files) is computed from the plan alone
+against the full permutation, for the 10,000-file case: (a) files sorted by class (5,000 of
+each): the standard deviation of the class fraction over 8-block shuffle windows (lower is
+better mixed; independent draws: sqrt(0.25/8) = 0.177); (b) the stretch of the epoch a file's
+blocks are spread over (full permutation: ~(k-1)/(k+1) of it for k blocks).
+
+    python benchmarks/many_files.py [--rows 200000] [--cases 10,1000,10000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+LIMIT = 1024
+FEATURES = 10
+
+
+def write(d: Path, rows: int, files: int, chunk: int) -> list[str]:
+    """``rows`` rows of 10 float32 features + a label, cut into ``files`` files (uncompressed,
+    chunks of ``chunk`` rows at most: the layout the direct reads serve)."""
+    import h5py
+    import numpy as np
+
+    d.mkdir(parents=True, exist_ok=True)
+    per = rows // files
+    chunk = min(per, chunk)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(files):
+        p = d / f"f{i:05d}.h5"
+        if not p.exists():
+            with h5py.File(p, "w") as f:
+                f.create_dataset("x", data=rng.random((per, FEATURES), np.float32),
+                                 chunks=(chunk, FEATURES))
+                f.create_dataset("y", data=(rng.random(per) < 0.5).astype(np.float32),
+                                 chunks=(chunk,))
+        paths.append(str(p))
+    return paths
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def one_case(paths: list[str]) -> dict:
+    """Runs in the child: start, one epoch, end, peak descriptors."""
+    from payloads.runtime.pipeline.h5source import H5Source, open_files
+    from payloads.runtime.pipeline.inputs import ShardedLoader
+
+    peak, stop = [_fds()], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak.append(_fds())
+            time.sleep(0.002)
+
+    base = _fds()
+    threading.Thread(target=sample, daemon=True).start()
+    pool = open_files()
+    t0 = time.perf_counter()
+    src = H5Source(paths, ["x", "y"])
+    ld = ShardedLoader(src, ["x"], "y", batch=512, seed=1, window=8, prefetch=8)
+    it = ld.batches([0])
+    rows = len(next(it)[1])
+    t_start = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for _x, y in it:
+        rows += len(y)
+    t_epoch = time.perf_counter() - t1
+    ld.close()
+    t2 = time.perf_counter()
+    src.close()
+    t_end = time.perf_counter() - t2
+    stop.set()
+    return {"files": len(paths), "rows": rows, "start_s": round(t_start, 3),
+            "epoch_s": round(t_epoch, 3), "rows_per_s": round(rows / t_epoch),
+            "end_s": round(t_end, 4), "peak_fds": max(peak), "base_fds": base,
+            "bound": pool.capacity, "peak_open_files": pool.peak, "opens": pool.opens,
+            "shuffle_cycle": src.shuffle_cycle, "rlimit": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}
+
+
+def shuffle_quality(files: int, blocks_per_file: int, cycle: int, seeds: int = 3) -> dict:
+    import numpy as np
+
+    from payloads.runtime.pipeline import plan
+
+    f = [i for i in range(files) for _ in range(blocks_per_file)]
+    cls = np.array([i >= files // 2 for i in f], float)
+
+    def stats(order: list[int]) -> tuple[float, float]:
+        o = np.array(order)
+        w = cls[o][: len(o) // 8 * 8].reshape(-1, 8).mean(1).std()
+        pos = np.empty(len(o))
+        pos[o] = np.arange(len(o))
+        fi = np.array(f)
+        lo = np.full(files, np.inf)
+        hi = np.full(files, -np.inf)
+        np.minimum.at(lo, fi, pos)
+        np.maximum.at(hi, fi, pos)
+        spread = float(np.mean((hi - lo) / len(o)))
+        return float(w), spread
+
+    out: dict[str, Any] = {}
+    for name, c in (("full", 0), ("bounded", cycle)):
+        s = np.array([stats(plan.block_order(len(f), seed, 0, files=f, cycle=c))
+                      for seed in range(seeds)]).mean(0)
+        out[name] = {"class_std_per_window": round(s[0], 4), "file_spread": round(s[1], 4)}
+    out["cycle"] = cycle
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--cases", default="10,1000,10000")
+    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child is not None:
+        print(json.dumps(one_case(json.loads(a.child.read_text()))))
+        return
+    base = a.dir or Path(tempfile.gettempdir()) / "gridml-many-files"
+    results = []
+    cases = [int(c) for c in a.cases.split(",")]
+    chunk = a.rows // max(cases)  # the same blocks in every case: the file count alone differs
+    for files in cases:
+        t = time.perf_counter()
+        paths = write(base / f"{files}-{chunk}", a.rows, files, chunk)
+        lst = base / f"{files}-{chunk}.json"
+        lst.write_text(json.dumps(paths))
+        wrote = time.perf_counter() - t
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", str(lst)], capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=1800,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT)))
+        if proc.returncode:
+            raise SystemExit(proc.stderr[-3000:])
+        r = json.loads(proc.stdout.splitlines()[-1])
+        r["write_s"] = round(wrote, 1)
+        results.append(r)
+        print(json.dumps(r), flush=True)
+    ref = results[0]
+    for r in results:
+        r["start_end_over_ref_s"] = round(r["start_s"] + r["end_s"] - ref["start_s"] - ref["end_s"], 2)
+        r["throughput_vs_ref"] = round(r["rows_per_s"] / ref["rows_per_s"], 2)
+        r["fds_within_bound"] = r["peak_fds"] - r["base_fds"] <= r["bound"]
+    big = results[-1]
+    cycle = max(1, big["bound"] // 2)
+    q = {f"{files} files x {k} blocks": shuffle_quality(files, k, cycle)
+         for files, k in ((big["files"], max(1, (a.rows // big["files"] + 1023) // 1024)),
+                          (2500, 4))}
+    doc = {"rows": a.rows, "chunk_rows": chunk, "limit": LIMIT, "cases": results,
+           "shuffle_quality": q}
+    print(json.dumps(doc, indent=1))
+    if a.json:
+        a.json.write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
