@@ -12,7 +12,9 @@ pytest_plugins = ["pytester"]
 CONFTEST = "from tests.suite_rules import *  # noqa: F403\n"
 
 
-def test_unit_then_integration_then_e2e_then_slurm(pytester: pytest.Pytester) -> None:
+def test_unit_then_integration_then_e2e_then_slurm(pytester: pytest.Pytester,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # as one process runs it
     pytester.makeconftest(CONFTEST)
     for folder, name in (("e2e", "test_c"), ("integration", "test_b"), ("slurm", "test_d"),
                          ("unit", "test_a"), ("other", "test_e")):
