@@ -54,7 +54,9 @@ build_base() {
     trap '$SUDO rm -rf "$root"' EXIT
     log "debootstrap $SUITE (minbase + $PACKAGES) into $root (first time: minutes)"
     local start=$SECONDS
-    $SUDO debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$root" $(mirror) >&2 \
+    mkdir -p "$cache/debs"   # the downloaded packages, kept: a recipe change downloads only what is new
+    $SUDO debootstrap --variant=minbase --include="$PACKAGES" --cache-dir="$cache/debs" "$SUITE" "$root" \
+      $(mirror) >&2 \
       || { log "debootstrap failed (is Debian's archive reachable? apt-get update works?)"; exit 1; }
     # what an image does not need: package lists, downloaded .debs, docs and man pages
     $SUDO rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
@@ -77,11 +79,11 @@ build_base() {
 # RLIMIT_NOFILE: Operation not permitted"), and crun refuses cgroup v1 with controllers on the
 # v2 hierarchy ("cgroups in hybrid mode not supported"): then a containers.conf with this
 # machine's own limits (and runc) is written and named on stdout as CONTAINERS_CONF=<path>;
-# export it (podman reads it instead of its defaults).
+# export it (podman reads it instead of its defaults); the builds below use it.
 check_podman() {
   local conf="$cache/containers.conf" err limits=() runtime="" nproc nofile
   if [ -s "$conf" ] && CONTAINERS_CONF="$conf" podman run --rm --network=host "$base" true >/dev/null 2>&1; then
-    echo "CONTAINERS_CONF=$conf"; return 0   # found needed before, and it works
+    export CONTAINERS_CONF="$conf"; echo "CONTAINERS_CONF=$conf"; return 0   # needed before, and works
   fi
   err="$(podman run --rm --network=host "$base" true 2>&1 >/dev/null)" && { rm -f "$conf"; return 0; }
   for _ in 1 2 3; do
@@ -106,7 +108,7 @@ check_podman() {
     } > "$conf"
     err="$(CONTAINERS_CONF="$conf" podman run --rm --network=host "$base" true 2>&1 >/dev/null)" && {
       log "podman needs $conf here (${limits[*]} ${runtime:+runtime $runtime}): export CONTAINERS_CONF=$conf"
-      echo "CONTAINERS_CONF=$conf"; return 0; }
+      export CONTAINERS_CONF="$conf"; echo "CONTAINERS_CONF=$conf"; return 0; }
   done
   log "podman cannot start a container here: $(printf '%s' "$err" | tail -n 1)"
   return 1
@@ -125,9 +127,19 @@ key="$( { echo "$base"; cd "$here" && find containers/Containerfile pyproject.to
   | sha256sum | cut -c1-12)"
 image="localhost/gridml-payload:$what-$key"
 if podman image exists "$image"; then log "reusing $image"; echo "$image"; exit 0; fi
-mounts=()
-[ -d /opt/wheels ] && mounts+=(--volume /opt/wheels:/opt/wheels:ro)
-for conf in /etc/pip.conf /etc/xdg/pip; do [ -e "$conf" ] && mounts+=(--volume "$conf:$conf:ro"); done
+mounts=() mounted=()
+mount_ro() {  # $1 at its own path, read-only, unless inside one mounted already
+  local m; for m in "${mounted[@]}"; do case "$1/" in "$m"/*) return;; esac; done
+  mounted+=("$1"); mounts+=(--volume "$1:$1:ro")
+}
+for conf in /etc/pip.conf /etc/xdg/pip; do [ -e "$conf" ] && mount_ro "$conf"; done
+# what pip's configuration names here (find-links, file:// indexes, its CA bundle: a proxy's
+# certificate may be in it), at their own paths
+for loc in $( { python3 -m pip config list 2>/dev/null | sed -n "s/^[^=]*='\(.*\)'\$/\1/p"; \
+                echo "${PIP_FIND_LINKS:-} ${PIP_CERT:-}"; } | tr ' ' '\n' \
+              | sed -n 's#^file://##p; \#^/#p' | sed 's#/simple/*$##' | sort -u); do
+  [ -e "$loc" ] && mount_ro "$loc"
+done
 pass=()
 for name in $(compgen -e | grep '^PIP_' || true); do pass+=(--build-arg "$name=${!name}"); done
 log "podman build $image (FRAMEWORK=$what from $base; installs from the package index: minutes)"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, gridml, gridml_json, make_registered_sample_data, write_spec
+from tests.helpers import ROOT, gridml, gridml_json, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +69,9 @@ def image(podman_env: dict[str, str]) -> str:
 
 def test_a_torch_trial_runs_in_the_container(image: str, podman_env: dict[str, str],
                                              tmp_path: Path) -> None:
-    train, val = make_registered_sample_data(tmp_path, n_train=600, n_val=200, files=1)
+    out = gridml("demo-data", "--n-train", "600", "--n-val", "200", "--files", "1").stdout
+    train, val = "user.demo:quickstart.train", "user.demo:quickstart.val"
+    assert f"registered {train}" in out, out
     # the model says where it runs: podman puts /run/.containerenv into every container
     models = tmp_path / "models"
     models.mkdir()
