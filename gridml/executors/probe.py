@@ -105,6 +105,8 @@ def build_check(loaded: LoadedSpec, dm: DataManager | None, *,
         train = _first_local_file(dm, spec.data.dids("train"))
     except GridmlError as exc:
         return Verdict(skipped=f"the training data cannot be read here: {exc.message}")
+    except Exception as exc:  # a data backend's own error: the check is no reason to stop
+        return Verdict(skipped=f"the training data cannot be listed here: {exc}")
     if train is None:
         return Verdict(skipped=f"{spec.data.dids('train')[0]} has no copy on this machine "
                                f"({dm.where})")
