@@ -28,6 +28,21 @@ if [ -z "${GRIDML_WHEEL_VENV:-}" ]; then
   elif [ "$rc" != 3 ] || [ -n "${CI:-}" ]; then echo "[test] building/installing the wheel failed" >&2; exit 1
   fi  # 3: no package index reachable here; the test says so (and fails under CI)
 fi
+# The same under each newer Python this machine has (scripts/find-python.sh; pyenv's included),
+# the wheel built above reused, [torch] where a CPU torch wheel resolves for that Python:
+# GRIDML_WHEEL_VENVS="3.12=/venv 3.13=/venv". A Python not here is left out (the test skips it).
+if [ -z "${GRIDML_WHEEL_VENVS:-}" ] && [ -n "${GRIDML_WHEEL_VENV:-}" ]; then
+  wheel_venvs=""
+  for v in 3.12 3.13; do
+    rc=0; wheel_venv="$(GRIDML_WHEEL="$(ls "$GRIDML_WHEEL_VENV"/.wheel/gridml-*.whl)" GRIDML_WHEEL_TORCH=auto \
+      bash scripts/wheel-venv.sh "$v")" || rc=$?
+    if [ "$rc" = 0 ]; then wheel_venvs="$wheel_venvs $v=$wheel_venv"
+    elif [ "$rc" = 4 ]; then echo "[test] no Python $v here: its wheel test is skipped" >&2
+    elif [ "$rc" != 3 ] || [ -n "${CI:-}" ]; then echo "[test] the wheel under Python $v failed" >&2; exit 1
+    fi
+  done
+  export GRIDML_WHEEL_VENVS="${wheel_venvs# }"
+fi
 # The docs site: broken links and missing pages fail (mkdocs.yml).
 echo "[test] mkdocs build --strict" >&2
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$(mktemp -d /tmp/gridml-site.XXXXXX)"

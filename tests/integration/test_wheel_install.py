@@ -5,6 +5,11 @@ another environment (the project's, through GRIDML_PAYLOAD_PYTHON / payload.pyth
 scripts/test.sh builds that venv once and passes it as GRIDML_WHEEL_VENV; run alone, this file
 builds it itself (minutes the first time, cached by the wheel's dependency list). Skipped only
 where no package index is reachable to resolve from, and never under CI (CI=1 fails instead).
+
+The same campaign runs from the wheel under each newer Python this machine has (3.12, 3.13:
+scripts/find-python.sh; GRIDML_WHEEL_VENVS="3.12=/venv 3.13=/venv" from scripts/test.sh, else
+built here), with [torch] where a CPU torch wheel resolves for that Python, else the payload in the
+project's environment through payload.python. A Python the machine lacks is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -25,13 +30,13 @@ from tests.helpers import ROOT
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def venv() -> Path:
-    given = os.environ.get("GRIDML_WHEEL_VENV")
-    if given:
-        return Path(given)
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "wheel-venv.sh")], capture_output=True,
-                          text=True, timeout=1800)
+def _wheel_venv(python: str | None = None, **extra_env: str) -> Path:
+    """scripts/wheel-venv.sh [python]: the run's venv (skip where no index is reachable, not in CI)."""
+    args = ["bash", str(ROOT / "scripts" / "wheel-venv.sh")] + ([python] if python else [])
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, **extra_env})
+    if proc.returncode == 4:  # that Python is not on this machine (never a failure, CI included)
+        pytest.skip(proc.stderr.strip().splitlines()[-1])
     if proc.returncode == 3:
         why = "no package index reachable: the wheel's dependencies cannot be resolved"
         if os.environ.get("CI"):
@@ -39,6 +44,12 @@ def venv() -> Path:
         pytest.skip(why)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def venv() -> Path:
+    given = os.environ.get("GRIDML_WHEEL_VENV")
+    return Path(given) if given else _wheel_venv()
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -98,21 +109,40 @@ def test_a_missing_extra_names_the_pip_install(venv: Path, tmp_path: Path) -> No
     assert "pip install 'gridml[prepare]'" in out and "corrupt" not in out, out
 
 
+def _quickstart(venv: Path, cwd: Path, env: dict[str, str]) -> str:
+    """init and demo-data from the wheel; the quickstart's spec cut to 2 trials of 1 epoch."""
+    _run(venv, cwd, "init", "tau-id", env=env)
+    assert "name: tau-id" in (cwd / "tau-id.yaml").read_text()
+    out = _run(venv, cwd, "demo-data", "--n-train", "1500", "--n-val", "400", "--files", "1",
+               env=env).stdout
+    assert "registered user.demo:quickstart.train" in out
+    shutil.copytree(ROOT / "examples" / "models", cwd / "models")
+    spec = (ROOT / "examples" / "quickstart_torch.yaml").read_text()
+    return (spec.replace("max_trials: 8", "max_trials: 2").replace("epochs: 3", "epochs: 1")
+            .replace("options: {n_initial_points: 4}", "options: {n_initial_points: 2}"))
+
+
+def _campaign(venv: Path, cwd: Path, spec_file: str, env: dict[str, str]) -> None:
+    """submit the 2-trial campaign, then status, best and fetch: all complete, no traceback."""
+    procs = [_run(venv, cwd, "submit", spec_file, "--quiet", env=env, timeout=900)]
+    procs.append(_run(venv, cwd, "status", "quickstart-torch", "--json", env=env))
+    states = [t["state"] for t in json.loads(procs[-1].stdout)["trials"]]
+    assert states == ["completed", "completed"], procs[-1].stdout
+    procs.append(_run(venv, cwd, "best", "quickstart-torch", env=env))
+    assert "best trial" in procs[-1].stdout
+    procs.append(_run(venv, cwd, "fetch", "quickstart-torch", "--best", "-o", str(cwd / "best"), env=env))
+    assert list((cwd / "best").rglob("*model.pt"))
+    for proc in procs:
+        assert "Traceback" not in proc.stdout + proc.stderr, proc.args
+
+
 def test_init_validate_and_a_torch_campaign_from_the_wheel(venv: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = _env(home)
     start = time.monotonic()
     _run(venv, tmp_path, "--help", env=env)
     help_s = time.monotonic() - start
-    _run(venv, tmp_path, "init", "tau-id", env=env)
-    assert "name: tau-id" in (tmp_path / "tau-id.yaml").read_text()
-    out = _run(venv, tmp_path, "demo-data", "--n-train", "1500", "--n-val", "400", "--files", "1",
-               env=env).stdout
-    assert "registered user.demo:quickstart.train" in out
-    shutil.copytree(ROOT / "examples" / "models", tmp_path / "models")
-    spec = (ROOT / "examples" / "quickstart_torch.yaml").read_text()
-    spec = (spec.replace("max_trials: 8", "max_trials: 2").replace("epochs: 3", "epochs: 1")
-            .replace("options: {n_initial_points: 4}", "options: {n_initial_points: 2}"))
+    spec = _quickstart(venv, tmp_path, env)
     (tmp_path / "q.yaml").write_text(spec)
     # the controller's venv has no torchrun: validate says so before anything runs
     bad = _run(venv, tmp_path, "validate", "q.yaml", env=env, check=False)
@@ -125,11 +155,30 @@ def test_init_validate_and_a_torch_campaign_from_the_wheel(venv: Path, tmp_path:
     with_python = spec.replace("  framework: torch", f"  framework: torch\n  python: {sys.executable}")
     (tmp_path / "p.yaml").write_text(with_python)
     _run(venv, tmp_path, "validate", "p.yaml", env=env)
-    _run(venv, tmp_path, "submit", "p.yaml", "--quiet", env=env, timeout=900)
-    doc = json.loads(_run(venv, tmp_path, "status", "quickstart-torch", "--json", env=env).stdout)
-    states = [t["state"] for t in doc["trials"]]
-    assert states == ["completed", "completed"], doc["trials"]
-    assert "best trial" in _run(venv, tmp_path, "best", "quickstart-torch", env=env).stdout
-    _run(venv, tmp_path, "fetch", "quickstart-torch", "--best", "-o", str(tmp_path / "best"), env=env)
-    assert list((tmp_path / "best").rglob("*model.pt"))
+    _campaign(venv, tmp_path, "p.yaml", env)
     print(f"gridml --help from the wheel: {help_s:.2f} s")
+
+
+@pytest.mark.parametrize("version", ["3.12", "3.13"])
+def test_the_same_campaign_under_newer_pythons(version: str, tmp_path: Path) -> None:
+    """The controller from the wheel on Python 3.12/3.13 with numpy 2; the payload under the same
+    Python where a CPU torch wheel resolves for it ([torch]), else in this 3.11 environment."""
+    given = dict(item.split("=", 1) for item in os.environ.get("GRIDML_WHEEL_VENVS", "").split() if "=" in item)
+    venv = Path(given[version]) if version in given else _wheel_venv(version, GRIDML_WHEEL_TORCH="auto")
+    home = tmp_path / "home"
+    env = _env(home)
+    code = "import sys, numpy, gridml; print('%d.%d' % sys.version_info[:2], numpy.__version__, gridml.__file__)"
+    py, np_version, where = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env,
+                                           capture_output=True, text=True, check=True).stdout.split()
+    assert py == version and int(np_version.split(".")[0]) >= 2 and where.startswith(str(venv))
+    start = time.monotonic()
+    _run(venv, tmp_path, "--help", env=env)
+    help_s = time.monotonic() - start
+    spec = _quickstart(venv, tmp_path, env)
+    payload = (venv / ".payload").read_text().strip()
+    if not payload.startswith("torch:"):  # no CPU torch for this Python: the payload runs elsewhere
+        spec = spec.replace("  framework: torch", f"  framework: torch\n  python: {sys.executable}")
+    (tmp_path / "q.yaml").write_text(spec)
+    _run(venv, tmp_path, "validate", "q.yaml", env=env)
+    _campaign(venv, tmp_path, "q.yaml", env)
+    print(f"Python {version}: gridml --help {help_s:.2f} s; payload {payload}")
