@@ -5,6 +5,7 @@ running out of descriptors (exit code 2, the limit and the fix), and validate's 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -162,3 +163,20 @@ def test_default_bound_and_validate_check() -> None:
     assert open_files_problem(3, 5000, 1024) is None  # only 3 files to hold
     field, msg = open_files_problem(100, None, 40) or ("", "")
     assert field == "train" and "hard limit 40" in msg
+
+
+def test_data_ls_pages_a_datasets_files(gridml_home: Path, tmp_path: Path) -> None:
+    from gridml.data import open_data_manager
+    from tests.helpers import gridml
+
+    files = []
+    for i in range(3):
+        files.append(tmp_path / f"p{i}.h5")
+        files[-1].write_bytes(b"x" * (10 + i))
+    open_data_manager("local").upload(files, "user.pg:ds")
+    doc = json.loads(gridml("data", "ls", "user.pg:ds", "--json", "--limit", "1", "--offset",
+                            "1").stdout)
+    assert [f["name"] for f in doc["files"]] == ["p1.h5"]
+    assert doc["total_files"] == 3 and doc["total_bytes"] == 33 and doc["offset"] == 1
+    text = gridml("data", "ls", "user.pg:ds", "--limit", "2").stdout
+    assert "p1.h5" in text and "p2.h5" not in text and "--offset 2" in text
