@@ -67,7 +67,16 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[P
     return make_sample_data(tmp_path_factory.mktemp("data"), n_train=800, n_val=200, n_files=1)
 
 
-def campaign(tmp: Path, sample: tuple, modes: list[str], **backend: str) -> Campaign:
+MEDIAN = "{rule: median, min_epochs: 1, min_trials: 1}"
+ASHA = "{rule: asha, min_epochs: 1, reduction: 2}"
+# the same trial is pruned after the same epoch by either rule (and on Slurm:
+# tests/slurm/test_slurm_live.py); the reason says which rule decided
+RULES = [pytest.param(MEDIAN, "worse than median", id="median"),
+         pytest.param(ASHA, "outside the top 1 kept", id="asha")]
+
+
+def campaign(tmp: Path, sample: tuple, modes: list[str], rule: str = MEDIAN,
+             **backend: str) -> Campaign:
     data = LocalStore(tmp / "store")
     data.upload(list(sample[0]), "user.t:train")
     data.upload(list(sample[1]), "user.t:val")
@@ -85,7 +94,7 @@ def campaign(tmp: Path, sample: tuple, modes: list[str], **backend: str) -> Camp
               objective: val_loss
               max_trials: {len(modes)}
               parallel: 1
-              early_stopping: {{rule: median, min_epochs: 1, min_trials: 1}}
+              early_stopping: {rule}
               space:
                 mode: {{type: categorical, choices: [learn, never, hang]}}
             """),
@@ -109,9 +118,10 @@ def run(c: Campaign, timeout: float, watch: Any = None) -> None:
         time.sleep(c.poll_s)
 
 
+@pytest.mark.parametrize(("rule", "why"), RULES)
 def test_epochs_show_while_running_and_a_trial_is_pruned_through_the_folder(
-        tmp_path: Path, sample: tuple) -> None:
-    c = campaign(tmp_path, sample, ["learn", "never"])
+        tmp_path: Path, sample: tuple, rule: str, why: str) -> None:
+    c = campaign(tmp_path, sample, ["learn", "never"], rule)
     seen: list[tuple[int, int, str]] = []  # (trial, epochs stored, progress) while it runs
 
     def watch() -> None:
@@ -132,7 +142,7 @@ def test_epochs_show_while_running_and_a_trial_is_pruned_through_the_folder(
     pruned = c.store.list_epochs(trials[1].id)
     assert [e.epoch for e in pruned] == [1]
     result = json.loads((c.paths.trial_outputs(1) / "result.json").read_text())
-    assert result["state"] == "pruned" and "worse than median" in result["reason"]
+    assert result["state"] == "pruned" and why in result["reason"], result
     assert json.loads(c.paths.decision(1).read_text())["stop"] is True
     assert json.loads(c.paths.live_state.read_text())["spools"]
 
