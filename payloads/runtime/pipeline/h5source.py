@@ -235,10 +235,10 @@ class OpenFiles:
         """Close unpinned files, least recently used first, until at most ``keep`` are open;
         True if any was closed."""
         closed = False
-        if len(self._d) <= keep:
-            return closed
-        for path in [p for p, e in self._d.items() if not e.pins]:
-            if len(self._d) <= keep:
+        while len(self._d) > keep:
+            # the least recently used file not in use (usually the very first: O(1))
+            path = next((p for p, e in self._d.items() if not e.pins), None)
+            if path is None:
                 break
             self._d.pop(path).close()
             self.evictions += 1
