@@ -19,17 +19,15 @@ from typing import Any
 
 # the operations, by FastAPI's generated operationId
 CREATE_STUDY = "create_study_api_v1_studies_post"
-GET_STUDY = "get_study_api_v1_studies__study__get"
 LIST_TRIALS = "list_trials_api_v1_studies__study__trials_get"
 ENQUEUE = "enqueue_trial_api_v1_studies__study__trials_post"
 ASK = "ask_api_v1_studies__study__ask_post"
 GET_TRIAL = "get_trial_api_v1_trials__trial__get"
 POST_EPOCH = "post_epoch_api_v1_trials__trial__epochs_post"
-FINISH = "finish_api_v1_trials__trial__finish_post"
 SHOULD_STOP = "should_stop_api_v1_trials__trial__should_stop_get"
-OPERATIONS = (GET_STUDY, LIST_TRIALS, ENQUEUE, ASK, GET_TRIAL, POST_EPOCH, FINISH, SHOULD_STOP)
+OPERATIONS = (LIST_TRIALS, ENQUEUE, ASK, GET_TRIAL, POST_EPOCH, SHOULD_STOP)
 # the operations of the optimizer's loop: sources and targets of the links
-LOOP = (CREATE_STUDY, ASK, ENQUEUE, POST_EPOCH, GET_TRIAL, GET_STUDY, FINISH, SHOULD_STOP)
+LOOP = (CREATE_STUDY, ASK, ENQUEUE, POST_EPOCH, GET_TRIAL, SHOULD_STOP)
 
 
 def _link(operation: str, description: str, body: Any = None, **parameters: str) -> dict[str, Any]:
@@ -45,7 +43,6 @@ def _study_links(study: str) -> dict[str, Any]:
     return {
         "Ask": _link(ASK, "points proposed by the study's searcher", study=study),
         "EnqueueTrial": _link(ENQUEUE, "enqueue a point (an external optimizer's)", study=study),
-        "GetStudy": _link(GET_STUDY, "the study's summary", study=study),
     }
 
 
@@ -54,7 +51,6 @@ def _trial_links(trial: str) -> dict[str, Any]:
     return {
         "PostEpoch": _link(POST_EPOCH, "report an epoch of the trial", trial=trial),
         "GetTrial": _link(GET_TRIAL, "the trial: state, objective", trial=trial),
-        "Finish": _link(FINISH, "finish the trial", trial=trial),
     }
 
 
@@ -77,5 +73,4 @@ FIRST_TRIAL = {"GetFirstTrial": _link(GET_TRIAL, "the first trial of the page",
 TRIAL = _trial_links("$response.body#/id")
 REPORTED = {"GetTrial": _link(GET_TRIAL, "the trial: state, objective, epochs_done",
                               trial="$request.path.trial"),
-            "ShouldStop": _link(SHOULD_STOP, "whether to go on", trial="$request.path.trial"),
-            "Finish": _link(FINISH, "finish the trial", trial="$request.path.trial")}
+            "ShouldStop": _link(SHOULD_STOP, "whether to go on", trial="$request.path.trial")}

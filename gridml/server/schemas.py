@@ -68,7 +68,17 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# one example body per request schema: in the document (/docs), and what schemathesis'
+# examples phase sends (the space of docs/quickstart.md's kind of study)
+SPACE_EXAMPLE: dict[str, Any] = {"lr": {"type": "real", "low": 0.0001, "high": 0.1, "log": True},
+                                 "act": {"type": "categorical", "choices": ["relu", "tanh"]}}
+
+
 class StudyCreate(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "name": "external-demo", "spec": {"search": {
+            "algorithm": "external", "objective": "val_loss", "space": SPACE_EXAMPLE}}}]})
+
     name: StudyName
     spec: dict[str, Any] = Field(default_factory=dict)
     spec_hash: str | None = Field(default=None, max_length=64)
@@ -163,11 +173,18 @@ class TrialPage(BaseModel):
 
 
 class TrialEnqueue(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"hparams": {"lr": 0.01, "act": "relu"}}]})
+
     hparams: dict[str, Any]
 
 
 class EpochIn(Strict):
     """One epoch's report: ``EpochReport.to_json()``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "epoch": 1, "metrics": {"loss": 0.41, "val_loss": 0.45}, "epoch_time": 12.5,
+        "samples_per_s": 5200.0}]})
 
     epoch: Integer = Field(ge=1, le=1_000_000)
     metrics: Metrics  # null (or NaN): not a number, e.g. a diverged loss
@@ -203,6 +220,9 @@ class EpochAck(BaseModel):
 
 
 class FinishIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"state": "completed"}]})
+
     state: Finished
     objective: Number | None = None  # default: the last epoch's objective metric
     error: str | None = Field(default=None, max_length=20_000)

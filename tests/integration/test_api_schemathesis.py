@@ -16,7 +16,7 @@ asserts that the chain ran (a study created by the stateful phase holds a trial 
 The stateful phase runs on the operations of that loop only (the others have no links; every
 phase before it covers them) and on the document's links only (no inferred ones), so that its
 scenarios stay on the loop. Bounded: ``GRIDML_FUZZ_EXAMPLES`` cases per operation and phase
-(default 4), ``GRIDML_FUZZ_SCENARIOS`` stateful scenarios (default 40) of at most ``STEPS``
+(default 4), ``GRIDML_FUZZ_SCENARIOS`` stateful scenarios (default 100) of at most ``STEPS``
 steps: 715 cases, 11 scenarios with this seed; the same every run on a fresh database.
 
 The refusals a static document cannot make a schema of are documented with their status and
@@ -55,7 +55,7 @@ SPEC = {"search": {"algorithm": "random", "objective": "val_loss", "seed": 1, "m
 SEED = 20261123
 EXAMPLES = int(os.environ.get("GRIDML_FUZZ_EXAMPLES", "4"))
 STEPS = 8
-SCENARIOS = int(os.environ.get("GRIDML_FUZZ_SCENARIOS", "40"))
+SCENARIOS = int(os.environ.get("GRIDML_FUZZ_SCENARIOS", "100"))
 HOOKS = "tests.integration.schemathesis_hooks"
 
 CONFIG = """

@@ -12,7 +12,7 @@ from gridml.server import metrics, searching
 from gridml.store.sql.convert import utcnow
 from gridml.server.deps import Principal, Store, Who, can_read_trial, can_write_trial
 from gridml.server.errors import documented
-from gridml.server.links import REPORTED, TRIAL, links
+from gridml.server.links import REPORTED
 from gridml.server.schemas import (
     EpochAck,
     EpochIn,
@@ -85,8 +85,7 @@ def heartbeat(trial: TrialId, store: Store, who: Who) -> Heartbeat:
 
 @router.post("/{trial}/finish", response_model=TrialOut,
              responses=documented(400, 401, 403, 404, 409, 422,
-                                  e409="the trial already finished in another state")
-             | links(s200={"GetTrial": TRIAL["GetTrial"]}))
+                                  e409="the trial already finished in another state"))
 def finish(trial: TrialId, body: FinishIn, store: Store, who: Who) -> TrialOut:
     """Mark the trial finished; the objective defaults to the last epoch's objective metric."""
     _writable(store, trial, who)
