@@ -73,9 +73,12 @@ class CampaignService:
             try:
                 if study.spec.get("backend", {}).get("executor", "local") == "local":
                     continue
-                if self._campaign(study).step():
+                campaign = self._campaign(study)
+                if campaign.step():
                     if self.store.get_study(study.id).state != "stopped":
-                        self.store.set_study_state(study.id, "finished")
+                        # (the same certain failure again and again: failed, as `gridml submit` ends it)
+                        self.store.set_study_state(
+                            study.id, "failed" if campaign.stopped_by else "finished")
                     self._campaigns.pop(study.id, None)
                 else:
                     running += 1
