@@ -146,16 +146,17 @@ def test_a_lost_node_resubmits_without_using_a_retry(data: tuple[str, str], tmp_
                              for r in (0, 1)), 120, "the ranks up on both nodes", interval=0.5)
         t_kill = time.monotonic()
         slurm_env.node_stop("n2")
-        # FAILED (mpirun gave up), NODE_FAIL (Slurm's verdict) or CANCELLED (gridml saw the node
-        # NOT_RESPONDING first and cancelled the job)
+        # the controller judges the job lost (Slurm's node state) and resubmits the trial before
+        # the job has even ended: FAILED (mpirun gave up), NODE_FAIL (Slurm's verdict) or
+        # CANCELLED (gridml cancelled it)
+        wait_for(lambda: len(jobs_of(slurm_env, "gridml.slurm-lost.").get(
+            "gridml.slurm-lost.trial-0000", [])) == 2, 180, "the trial's second job", interval=0.5)
+        print(f"\n[slurm] lost node: slurmd killed -> trial resubmitted in {time.monotonic() - t_kill:.1f} s")
         wait_jobs(slurm_env, "gridml.slurm-lost.", ("NODE_FAIL", "FAILED", "CANCELLED"), 1, timeout=180)
         # the controller has seen the job lost (it resubmits) before the node comes back
         wait_for(lambda: LOST.search(controller_log("slurm-lost")), 120,
                  lambda: f"the controller to see the lost job: {controller_log('slurm-lost')[-2000:]}",
                  interval=0.5)
-        wait_for(lambda: len(jobs_of(slurm_env, "gridml.slurm-lost.").get(
-            "gridml.slurm-lost.trial-0000", [])) == 2, 120, "the trial's second job", interval=0.5)
-        print(f"\n[slurm] lost node: slurmd killed -> trial resubmitted in {time.monotonic() - t_kill:.1f} s")
         slurm_env.node_start("n2")
         # the campaign goes on with a new job; lower the epochs of nothing: let it finish
         finish(proc, timeout=900)
