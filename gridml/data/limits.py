@@ -40,7 +40,7 @@ def open_files_problem(files: int, max_open_files: int | None, hard: int) -> tup
         if min(files, max_open_files) <= room:
             return None
         return ("max_open_files",
-                f"data.max_open_files {max_open_files} does not fit the open-files limit here "
+                f"{max_open_files} input files open does not fit the open-files limit here "
                 f"(hard limit {hard}, of which ~{SURE_ROOM} are the framework's): "
                 + (f"set it to {room} or less, or leave it out, or {fix}" if room >= 1 else fix))
     if min(files, MIN_OPEN) <= room:

@@ -180,3 +180,45 @@ def test_data_ls_pages_a_datasets_files(gridml_home: Path, tmp_path: Path) -> No
     assert doc["total_files"] == 3 and doc["total_bytes"] == 33 and doc["offset"] == 1
     text = gridml("data", "ls", "user.pg:ds", "--limit", "2").stdout
     assert "p1.h5" in text and "p2.h5" not in text and "--offset 2" in text
+
+
+def test_validate_refuses_a_bound_the_hosts_limit_cannot_hold(tmp_path: Path) -> None:
+    """gridml validate's check (load_spec with the data backend), under a hard limit of 512:
+    data.max_open_files 5000 with 10,000 input files is one line naming the field; without
+    it the spec passes; the trial document carries the field."""
+    (tmp_path / "m.py").write_text("def build_model(hparams, input_shape):\n    return None\n")
+    spec = ("name: demo\npayload: {model: m.py, framework: torch}\ndata:\n  train: user.d:t\n"
+            "  validation: user.d:v\n  %s\ntraining: {epochs: 1}\nsearch:\n  objective: val_auc\n  direction: maximize\n"
+            "  algorithm: random\n  space:\n    lr: {type: real, low: 0.001, high: 0.1}\n")
+    (tmp_path / "bad.yaml").write_text(spec % "max_open_files: 5000")
+    (tmp_path / "ok.yaml").write_text(spec % "features: x")
+    script = textwrap.dedent(f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))
+        from gridml.errors import SpecError
+        from gridml.spec import load_spec
+
+        class Data:
+            def exists(self, did): return True
+            def list_files(self, did): return [None] * 10_000
+
+        load_spec({str(tmp_path / "ok.yaml")!r}, did_exists=Data().exists)
+        try:
+            load_spec({str(tmp_path / "bad.yaml")!r}, did_exists=Data().exists)
+        except SpecError as e:
+            print(e)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "bad.yaml:6: data.max_open_files: 5000 input files open does not fit" in proc.stdout
+    assert "set it to 448 or less" in proc.stdout and "ulimit -n" in proc.stdout
+    from gridml.spec import load_spec
+    from gridml.planner import trial_document
+    from gridml.store.records import Study, Trial
+
+    loaded = load_spec(tmp_path / "bad.yaml")
+    doc = trial_document(loaded, Study(1, "demo", {}, "h"), Trial(2, 1, 0, {"lr": 0.01}),
+                         train=["a.h5"], validation=["b.h5"], inputs=[],
+                         output_dir=str(tmp_path), api=None)
+    assert doc.to_json()["data"]["max_open_files"] == 5000
