@@ -222,3 +222,26 @@ def test_validate_refuses_a_bound_the_hosts_limit_cannot_hold(tmp_path: Path) ->
                          train=["a.h5"], validation=["b.h5"], inputs=[],
                          output_dir=str(tmp_path), api=None)
     assert doc.to_json()["data"]["max_open_files"] == 5000
+
+
+def test_check_pass_over_processes_gives_the_same_source_and_names_a_bad_file(
+        many: list[str], tmp_path: Path) -> None:
+    from payloads.runtime.pipeline.h5source import scan_workers
+
+    assert scan_workers(100) == 1  # few files: no processes
+    one = H5Source(many, ["x", "y"], pool=OpenFiles(6), scan_processes=1)
+    two = H5Source(many, ["x", "y"], pool=OpenFiles(6), scan_processes=2)
+    assert two.rows == one.rows and two.blocks == one.blocks
+    assert two.row_shapes == one.row_shapes and two.dtypes == one.dtypes
+    for b in two.blocks[::17]:
+        assert np.array_equal(two.read(b)["y"], one.read(b)["y"])
+    odd = tmp_path / "odd.h5"
+    with h5py.File(odd, "w") as f:
+        f.create_dataset("x", data=np.zeros((30, 3), np.float32))
+        f.create_dataset("y", data=np.zeros(30, np.int64))
+    with pytest.raises(InputDataError, match=r"odd\.h5: dataset 'x' is float32\(3,\)"):
+        H5Source([*many[:45], str(odd), *many[45:]], ["x", "y"], pool=OpenFiles(4),
+                 scan_processes=2)
+    with pytest.raises(InputDataError, match=r"nope\.h5: no such file"):
+        H5Source([*many[:10], str(tmp_path / "nope.h5")], ["x", "y"], pool=OpenFiles(4),
+                 scan_processes=2)

@@ -26,6 +26,7 @@ import logging
 import os
 import resource
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -312,6 +313,46 @@ def _reason(e: BaseException) -> str:
     return text[:240] or type(e).__name__
 
 
+# --- the check pass over processes -----------------------------------------------------------
+SCAN_FILES_PER_PROCESS = 1000
+
+
+def scan_workers(files: int) -> int:
+    """Processes for the start's check pass: one per 1,000 files, up to half this process's
+    cores, at most 8; 1 (none) below 2,000 files or 4 cores (spawning costs ~1 s)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if files < 2 * SCAN_FILES_PER_PROCESS or cores < 4:
+        return 1
+    return max(1, min(8, cores // 2, files // SCAN_FILES_PER_PROCESS))
+
+
+def _scan_part(paths: list[str], names: list[str], direct: bool) -> tuple[Any, Any]:
+    """In a spawned process: the check of ``paths`` as :class:`H5Source` does it; returns
+    ((rows, row shapes, dtypes, chunks, direct readers) or None, (path, reason, code) or None):
+    the files checked up to the first bad one, and that one's error."""
+    src = H5Source.__new__(H5Source)
+    src.paths, src.names, src.pool = list(paths), list(names), OpenFiles(8)
+    src._use_direct, src._verified = direct, False
+    src._direct = [None] * len(paths)
+    src.row_shapes, src.dtypes, src._chunks = {}, {}, None
+    rows: list[int] = []
+    err = None
+    for i in range(len(paths)):
+        try:
+            rows.append(src._check(i))
+        except PayloadFailure as e:
+            reason = str(e)
+            prefix = f"input file {getattr(e, 'path', '')}: "
+            err = (getattr(e, "path", paths[i]), reason.removeprefix(prefix), e.code)
+            break
+    src.pool.close_all()
+    res = (rows, src.row_shapes, src.dtypes, src._chunks, src._direct[:len(rows)]) if rows else None
+    return res, err
+
+
 # --- the source -----------------------------------------------------------------------------
 class _LazyList(Sequence[Any]):
     """``[fn(0), fn(1), ...]``, each item made when first asked for."""
@@ -397,7 +438,8 @@ class H5Source:
     through the process's :class:`OpenFiles` LRU as blocks need them."""
 
     def __init__(self, paths: Sequence[str], names: Sequence[str], block_rows: int | None = None,
-                 direct: bool = True, pool: OpenFiles | None = None):
+                 direct: bool = True, pool: OpenFiles | None = None,
+                 scan_processes: int | None = None):
         if not paths:
             raise InputDataError("<none>", "no input files given")
         self.paths, self.names = [str(p) for p in paths], list(names)
@@ -408,8 +450,13 @@ class H5Source:
         self.row_shapes: dict[str, tuple[int, ...]] = {}
         self.dtypes: dict[str, Any] = {}
         self._chunks: Any = None
-        # one pass: each file opened once (and left in the LRU), checked against the first
-        self.rows = [self._check(i) for i in range(len(self.paths))]
+        # one pass: each file opened once, checked against the first (over processes when
+        # the files are many and the cores too: the HDF5 opens are the start's cost)
+        k = scan_workers(len(self.paths)) if scan_processes is None else scan_processes
+        if k > 1:
+            self.rows = self._scan_in_processes(k)
+        else:
+            self.rows = [self._check(i) for i in range(len(self.paths))]
         # the bound of the shuffle (plan.py): files beyond what the LRU holds are interleaved
         # a window of files at a time; fixed here, the same on every rank
         self.shuffle_cycle = (max(1, self.pool.capacity // 2)
@@ -417,6 +464,43 @@ class H5Source:
         self.block_rows = int(block_rows or (int(self._chunks[0]) if self._chunks else 4096))
         self.blocks = self._make_blocks()
         self.block_files = [b.file for b in self.blocks]
+
+    def _scan_in_processes(self, k: int) -> list[int]:
+        """The check pass over ``k`` spawned processes, each over a contiguous part of the
+        files (each part checked against its first file there, the parts' first files against
+        file 0 here: a file that differs is still the one named)."""
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        t0 = time.perf_counter()
+        edges = [round(j * len(self.paths) / k) for j in range(k + 1)]
+        parts = [self.paths[a:b] for a, b in zip(edges, edges[1:]) if b > a]
+        with ProcessPoolExecutor(len(parts), mp_context=mp.get_context("spawn")) as ex:
+            results = list(ex.map(_scan_part, parts, [self.names] * len(parts),
+                                  [self._use_direct] * len(parts)))
+        rows: list[int] = []
+        for part, (res, err) in zip(parts, results):
+            if res is not None:
+                r, shapes, dtypes, chunks, direct = res
+                if not rows:
+                    self.row_shapes, self.dtypes, self._chunks = shapes, dtypes, chunks
+                else:
+                    for n in self.names:
+                        if shapes[n] != self.row_shapes[n] or dtypes[n] != self.dtypes[n]:
+                            raise InputDataError(
+                                part[0], f"dataset '{n}' is {dtypes[n]}{shapes[n]}, but "
+                                         f"{self.paths[0]} has {self.dtypes[n]}{self.row_shapes[n]}")
+                self._direct[len(rows):len(rows) + len(r)] = direct
+                rows += r
+            if err is not None:
+                path, reason, code = err
+                if code == 3:
+                    raise InputDataError(path, reason)
+                raise PayloadFailure(reason, code=code)
+        self._verified = True
+        log.info("checked %d input files in %.1f s (%d processes)", len(self.paths),
+                 time.perf_counter() - t0, len(parts))
+        return rows
 
     @property
     def files(self) -> Sequence[LazyFile]:
