@@ -1,8 +1,10 @@
 """The live channel on the real Slurm cluster (the nodes are network namespaces sharing only the
 folders with the controller; the embedded server on loopback, so the ranks have no API): a
-running job's epochs are in `gridml status` before the job ends, with its progress.json; the
-median rule prunes a trial that never learns after epoch 1, as over HTTP, through decision.json;
-a job hung in ``forward`` is caught by its progress, its stacks dumped, cancelled, retried once."""
+running job's epochs are in `gridml status` before the job ends, with its progress.json, and
+`gridml stop` then ends it cleanly after its epoch (its model saved, the job not cancelled); the
+median and ASHA rules prune a trial that never learns after epoch 1, as over HTTP and as on the
+local executor (tests/integration/test_live_channel.py), through decision.json; a job hung in
+``forward`` is caught by its progress, its stacks dumped, cancelled, retried once."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import gridml_json, make_registered_sample_data, start_gridml, write_spec
+from gridml.errors import GridmlError
+from gridml.store import open_store
+from tests.helpers import gridml, gridml_json, make_registered_sample_data, start_gridml, write_spec
 from tests.slurm.slurm_fixtures import SlurmCluster
 from tests.slurm.test_slurm_campaign import search, trial_logs
 
@@ -40,40 +44,54 @@ def build_model(hparams, input_shape):
 '''
 
 
-def test_epochs_are_seen_while_the_slurm_job_runs(tmp_path: Path, gridml_home: Path,
-                                                  slurm_env: SlurmCluster) -> None:
+def test_epochs_are_seen_while_the_slurm_job_runs_and_gridml_stop_ends_it(
+        tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster) -> None:
     data = make_registered_sample_data(tmp_path, n_train=600, n_val=200, files=1)
     (tmp_path / "slow.py").write_text(SLOW_MODEL)
     spec = write_spec(
         tmp_path / "spec.yaml", "slurm-live", *data,
         payload=f"payload: {{framework: torch, model: {tmp_path / 'slow.py'}}}\n",
         search=search(1, 1),
-        training="training: {epochs: 4, batch_size: 64, workers: 1, metrics: [accuracy]}\n",
+        training="training: {epochs: 12, batch_size: 64, workers: 1, metrics: [accuracy]}\n",
         resources="resources: {nodes: 1, cores: 1, memory_gb: 1, walltime: 20m}\n",
         backend="backend: {executor: slurm, data: local, server: embedded, retries: 0}\n",
         slurm=f"slurm: {{partition: {slurm_env.partition}}}\n")
     proc = start_gridml("submit", str(spec), "--quiet")
     seen: list[tuple[str, int]] = []
+    stopped = False
+    store = open_store()  # what `gridml status` reads (a CLI run per look is too slow a probe)
     try:
         end = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < end:
             try:
-                trials = gridml_json("status", "slurm-live")["trials"]
-            except (AssertionError, json.JSONDecodeError, KeyError):
+                trials = store.list_trials(store.get_study("slurm-live").id)
+            except GridmlError:  # the study is not created yet
                 trials = []
-            seen += [(t["state"], t["epochs_done"]) for t in trials]
-            time.sleep(1.0)
+            seen += [(t.state, t.epochs_done) for t in trials]
+            if not stopped and any(s == "running" and 0 < n < 12 for s, n in seen):
+                # epochs seen while the job runs: now stop it (graceful: through decision.json)
+                assert "asked to stop" in gridml("stop", "slurm-live").stdout
+                stopped = True
+            time.sleep(0.3)
         out, err = proc.communicate(timeout=60)
     finally:
+        store.close()
         if proc.poll() is None:
             proc.kill()
-    trials = gridml_json("status", "slurm-live")["trials"]
-    assert [t["state"] for t in trials] == ["completed"], (err[-3000:], trial_logs("slurm-live", 0)[-3000:])
     # before the live channel, a Slurm job's epochs all arrived when it ended
-    assert any(state == "running" and 0 < n < 4 for state, n in seen), seen
+    assert any(state == "running" and 0 < n < 12 for state, n in seen), seen
+    doc = gridml_json("status", "slurm-live")
+    (trial,) = doc["trials"]
+    assert doc["study"]["state"] == "stopped" and trial["state"] == "stopped", \
+        (trial, err[-3000:], trial_logs("slurm-live", 0)[-3000:])
+    assert 1 <= trial["epochs_done"] < 12 and trial["error"].startswith("stopped (gridml stop)")
+    # it ended cleanly after its epoch: model saved, the job completed (not cancelled)
+    assert any(o["name"].endswith("model.pt") for o in trial["outputs"]), trial
+    jobs = [state for _, name, state in slurm_env.sacct() if "slurm-live" in name]
+    assert jobs and all(state == "COMPLETED" for state in jobs), jobs
     progress = json.loads((gridml_home / "runs" / "slurm-live" / "trial-0000" /
                            "progress.json").read_text())
-    assert progress["epoch"] == 4 and progress["batches"] == progress["batch"], progress
+    assert progress["epoch"] == trial["epochs_done"] and progress["epoch_done"], progress
 
 
 MODES_MODEL = '''
@@ -97,15 +115,18 @@ def build_model(hparams, input_shape):
 '''
 
 
-def test_the_median_rule_prunes_a_slurm_trial_through_its_folder(
-        tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster) -> None:
+@pytest.mark.parametrize(("rule", "why"), [
+    pytest.param("{rule: median, min_epochs: 1, min_trials: 1}", "worse than median", id="median"),
+    pytest.param("{rule: asha, min_epochs: 1, reduction: 2}", "outside the top 1 kept", id="asha")])
+def test_the_rule_prunes_a_slurm_trial_through_its_folder(
+        tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster, rule: str, why: str) -> None:
     data = make_registered_sample_data(tmp_path, n_train=600, n_val=200, files=1)
     (tmp_path / "modes.py").write_text(MODES_MODEL)
     spec = write_spec(
         tmp_path / "spec.yaml", "slurm-prune", *data,
         payload=f"payload: {{framework: torch, model: {tmp_path / 'modes.py'}}}\n",
         search=("search:\n  algorithm: grid\n  objective: val_loss\n  max_trials: 2\n"
-                "  parallel: 1\n  early_stopping: {rule: median, min_epochs: 1, min_trials: 1}\n"
+                f"  parallel: 1\n  early_stopping: {rule}\n"
                 "  space:\n    mode: {type: categorical, choices: [learn, never]}\n"),
         training="training: {epochs: 3, batch_size: 64, workers: 1, metrics: [accuracy]}\n",
         resources="resources: {nodes: 1, cores: 1, memory_gb: 1, walltime: 20m}\n",
@@ -122,7 +143,7 @@ def test_the_median_rule_prunes_a_slurm_trial_through_its_folder(
     trial_dir = gridml_home / "runs" / "slurm-prune" / f"trial-{never['number']:04d}"
     assert json.loads((trial_dir / "decision.json").read_text())["stop"] is True
     result = json.loads((trial_dir / "outputs" / "result.json").read_text())
-    assert result["state"] == "pruned" and "worse than median" in result["reason"]
+    assert result["state"] == "pruned" and why in result["reason"], result
 
 
 HANG_MODEL = '''
