@@ -80,7 +80,11 @@ PY
     log "payload: $payload"
   fi
   if ! "$venv/bin/python" -m pip install -q "$target" "numpy>=2" >"$work/install.log" 2>&1; then
-    cat "$work/install.log" >&2; rm -rf "$venv"; exit 1
+    cat "$work/install.log" >&2; rm -rf "$venv"
+    if grep -qiE "No matching distribution|Could not find a version|Failed to establish|Network is unreachable" "$work/install.log"; then
+      log "no package index reachable to resolve the wheel's dependencies"; exit 3
+    fi
+    exit 1
   fi
   echo "$payload" > "$venv/.payload"
   touch "$venv/.complete"

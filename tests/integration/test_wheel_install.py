@@ -171,9 +171,6 @@ def test_the_same_campaign_under_newer_pythons(version: str, tmp_path: Path) -> 
     py, np_version, where = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env,
                                            capture_output=True, text=True, check=True).stdout.split()
     assert py == version and int(np_version.split(".")[0]) >= 2 and where.startswith(str(venv))
-    start = time.monotonic()
-    _run(venv, tmp_path, "--help", env=env)
-    help_s = time.monotonic() - start
     spec = _quickstart(venv, tmp_path, env)
     payload = (venv / ".payload").read_text().strip()
     if not payload.startswith("torch:"):  # no CPU torch for this Python: the payload runs elsewhere
@@ -181,4 +178,4 @@ def test_the_same_campaign_under_newer_pythons(version: str, tmp_path: Path) -> 
     (tmp_path / "q.yaml").write_text(spec)
     _run(venv, tmp_path, "validate", "q.yaml", env=env)
     _campaign(venv, tmp_path, "q.yaml", env)
-    print(f"Python {version}: gridml --help {help_s:.2f} s; payload {payload}")
+    print(f"Python {version}: payload {payload}")
