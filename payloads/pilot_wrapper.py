@@ -3,7 +3,7 @@
 The pilot has already staged the trial's input files into the job's working directory and runs
 prun's transformation (runGen), which calls::
 
-    python -m payloads.pilot_wrapper --train f1,f2 --validation v1 --trial <b64> \\
+    python -m payloads.pilot_wrapper --train f1,f2 --validation v1 [--test e1] --trial <b64> \\
         --sandbox jobO.gridml-<hash>.tar.gz --model-name mlp.py [--gpus N] -- \\
         horovodrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras trial.json
 
@@ -16,7 +16,8 @@ This wrapper then
 3. reports the GPUs the node gave (PanDA has no GPU count, see docs/grid.md);
 4. runs the payload's horovodrun line, its output in ``payload.log`` (which goes to the log tarball);
 5. moves the payload's outputs (model, plots, metrics.jsonl, provenance.json, result.json, and
-   model.onnx when the export worked, roc.json/roc.png/scores.png for a classifier) into the
+   model.onnx when the export worked, roc.json/roc.png/scores.png for a classifier, and
+   roc_test.json/roc_test.png/scores_test.png with a test split, ``--test``: stream IN3) into the
    working directory, where runGen renames them and
    the pilot stages them out (model.onnx is declared allowed-not-produced: a job without it still
    finishes, see docs/grid.md).
@@ -41,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 OUTPUTS = ("model.keras", "model.h5", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
-           "model_source.py", "model.onnx", "model.pt", "roc.json", "roc.png", "scores.png")
+           "model_source.py", "model.onnx", "model.pt", "roc.json", "roc.png", "scores.png",
+           "roc_test.json", "roc_test.png", "scores_test.png")
 # Horovod's 30 s defaults for rank start-up and Gloo rendezvous are too short when TensorFlow
 # imports on a busy worker node (the local executor uses the same); the job's own settings win.
 HOROVOD_DEFAULTS = {"HOROVOD_START_TIMEOUT": "300", "HOROVOD_GLOO_TIMEOUT_SECONDS": "300"}
@@ -60,6 +62,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(prog="pilot_wrapper")
     p.add_argument("--train", default="", help="comma-separated staged training files (%%IN)")
     p.add_argument("--validation", default="", help="comma-separated staged validation files (%%IN2)")
+    p.add_argument("--test", default="", help="comma-separated staged test files (%%IN3, data.test)")
     p.add_argument("--trial", required=True, help="the trial file, gzip+base64")
     p.add_argument("--model", default=None, help="the user's model file, gzip+base64 (no sandbox)")
     p.add_argument("--sandbox", default=None, help="the task's sandbox tarball (prun's -a)")
@@ -104,6 +107,8 @@ def fix_trial(doc: dict[str, Any], args: argparse.Namespace, cwd: Path) -> dict[
     data = dict(doc["data"])
     data["train"] = [str(cwd / n) for n in file_list(args.train, data.get("train", []))]
     data["validation"] = [str(cwd / n) for n in file_list(args.validation, data.get("validation", []))]
+    if data.get("test"):  # data.test: evaluated once after training (result.json "test")
+        data["test"] = [str(cwd / n) for n in file_list(args.test, data["test"])]
     fixed = dict(doc, data=data, model_file=str(cwd / Path(args.model_name).name),
                  output_dir=str(cwd / "outputs"))
     fixed["grid"] = {"gpus_requested": args.gpus, "gpus_visible": visible_gpus(),

@@ -135,10 +135,10 @@ def check_search(spec: Spec) -> list[Problem]:
 def check_dids(spec: Spec, exists: Callable[[str], bool]) -> list[Problem]:
     """Every input DID is well-formed and known to the data backend."""
     problems: list[Problem] = []
-    if spec.data.test is not None and spec.backend.executor in ("panda", "phpo"):
-        problems.append((("data", "test"), f"the {spec.backend.executor} executor does not stage "
-                         "a test split into grid jobs yet; remove data.test, or run the campaign "
-                         "with executor local or slurm"))
+    if spec.data.test is not None and spec.backend.executor == "phpo":  # panda: stream IN3
+        problems.append((("data", "test"), "the phpo executor does not stage a test split into "
+                         "its evaluation jobs yet; remove data.test, or run the campaign with "
+                         "executor local, slurm or panda"))
     for which in ("train", "validation", "test"):
         for i, did in enumerate(spec.data.dids(which)):
             loc: Loc = ("data", which) if isinstance(getattr(spec.data, which), str) else ("data", which, i)

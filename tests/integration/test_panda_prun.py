@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from gridml.executors.panda.render import PandaTask, exec_string, job_command, render_task_params
+from dataclasses import replace
+
+from gridml.executors.panda.render import (
+    TEST_OUTPUT_FILES,
+    PandaTask,
+    exec_string,
+    job_command,
+    render_task_params,
+)
 from gridml.planner import OPTIONAL_OUTPUT_FILES, output_files
 
 pytestmark = [pytest.mark.slow]
@@ -47,15 +55,21 @@ def _client_version() -> str:
 
 
 def prun_params(tmp: Path, task: PandaTask) -> dict[str, object]:
-    """prun's map for the same trial (nickname is 'dummy' in prun's dry mode)."""
+    """prun's map for the same trial (nickname is 'dummy' in prun's dry mode); a test split is
+    prun's second secondary dataset, stream IN3."""
+    secondary = f"IN2:{task.n_validation}:{task.validation[0]}"
+    if task.test:
+        secondary += f",IN3:{task.n_test}:{task.test[0]}"
     args = ["--outDS", "user.dummy.higgs.trial-0003", "--inDS", ",".join(task.train),
-            "--secondaryDSs", f"IN2:{task.n_validation}:{task.validation[0]}",
-            "--exec", exec_string(render_task_params(task)), "--outputs", ",".join(OUTPUTS),
+            "--secondaryDSs", secondary,
+            "--exec", exec_string(render_task_params(task)), "--outputs", ",".join(task.outputs),
             "--containerImage", str(task.container), "--architecture", "#&nvidia:vram>=16384",
             "--nCore", "8", "--memory", "2048", "--maxWalltime", "2", "--noBuild",
             "--site", str(task.site), "--destSE", str(task.rse), "--workingGroup", "phys-higgs",
             "--nFiles", "2", "--nFilesPerJob", "2", "--forceStaged",
-            "--allowNoOutput", ",".join(OPTIONAL_OUTPUT_FILES)]
+            "--allowNoOutput", ",".join(task.optional)]
+    if task.test:  # 13 outputs: over prun's client-side default of 10 per job (docs/grid.md)
+        args.append("--unlimitNumOutputs")
     code = ("import json, sys; from pandaclient import PrunScript; sys.argv = ['prun']; "
             "m = PrunScript.main(get_taskparams=True, dry_mode=True, ext_args=json.loads(sys.argv_json)); "
             "print('@@' + json.dumps(m))").replace("sys.argv_json", repr(json.dumps(args)))
@@ -103,3 +117,19 @@ def test_model_onnx_may_be_missing_as_with_prun_allow_no_output(both: tuple[dict
         assert len(flagged) == 4, flagged
         assert {"type": "constant",
                 "value": f"--allowNoOutput={','.join(flagged)}"} in params["jobParameters"]
+
+
+def test_a_test_split_renders_as_prun_renders_a_third_stream(tmp_path: Path) -> None:
+    """data.test: prun's ``--secondaryDSs IN2:1:val,IN3:1:test``, the test figures declared as
+    ``--outputs``/``--allowNoOutput`` declare them; the same job parameters."""
+    base = gridml_task()
+    command = job_command({"study": "higgs", "output_dir": "/x", "data": {"test": ["e0.h5"]}},
+                          None, "mlp.py", workers=2, controller="gloo", gpus=1, sandbox=SANDBOX)
+    task = replace(base, command=command, test=("user.jdoe.higgs.test",), n_test=1,
+                   outputs=(*OUTPUTS, *TEST_OUTPUT_FILES),
+                   optional=(*OPTIONAL_OUTPUT_FILES, *TEST_OUTPUT_FILES))
+    ours, prun = render_task_params(task), prun_params(tmp_path, task)
+    theirs = [dict(p, value=f"-a {SANDBOX}") if p.get("value") == "-a None" else p
+              for p in prun["jobParameters"]]  # type: ignore[attr-defined]
+    assert ours["jobParameters"] == theirs
+    assert any(p.get("value") == "${IN3}" for p in ours["jobParameters"])

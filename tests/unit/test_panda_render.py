@@ -12,6 +12,7 @@ import pytest
 from gridml.executors.panda.executor import trial_state
 from gridml.executors.panda.outputs import trial_doc_of
 from gridml.executors.panda.render import (
+    TEST_OUTPUT_FILES,
     PandaTask,
     architecture,
     exec_string,
@@ -28,6 +29,7 @@ DOC = {"version": 1, "study": "higgs", "trial_number": 3, "hparams": {"units": 1
        "data": {"train": ["t0.h5", "t1.h5"], "validation": ["v0.h5"]},
        "output_dir": "/home/u/.gridml/runs/higgs/trial-0003/outputs",
        "api": {"url": "http://127.0.0.1:8765", "token": "tok"}}
+DOC_TEST = {**DOC, "data": {**DOC["data"], "test": ["e0.h5"]}}  # data.test: stream IN3
 MODEL = b"def build_model(hparams, input_shape):\n    return None\n"
 SANDBOX = "jobO.gridml-0123456789abcdef.tar.gz"
 
@@ -52,6 +54,12 @@ CASES = {
     "multi_input": {"train": ["user.jdoe:higgs.train.a", "mc23:mc23.higgs.train.b"],
                     "validation": ["user.jdoe:higgs.val.a", "user.jdoe:higgs.val.b"],
                     "n_train": 40, "n_validation": 8},
+    # data.test: a third stream (IN3), the wrapper's --test and the test figures declared optional
+    "test_split": {"test": ("user.jdoe:higgs.test",), "n_test": 1,
+                   "command": job_command(DOC_TEST, None, "mlp.py", workers=2, controller="gloo",
+                                          sandbox=SANDBOX),
+                   "outputs": (*PandaTask.outputs, *TEST_OUTPUT_FILES),
+                   "optional": (*PandaTask.optional, *TEST_OUTPUT_FILES)},
 }
 
 
@@ -135,6 +143,26 @@ def test_multi_input_datasets_are_comma_joined_streams() -> None:
     assert inputs[0]["value"] == '-i "${IN/T}"' and p["dsForIN"] == inputs[0]["dataset"]
     assert inputs[1]["value"] == "${IN2}" and inputs[1]["nFilesPerJob"] == 8
     assert p["nFilesPerJob"] == 40  # one job takes every training file
+
+
+def test_a_test_split_is_a_third_stream_as_prun_renders_a_second_secondary_dataset() -> None:
+    plain = render_task_params(base_task())
+    p = render_task_params(base_task(**CASES["test_split"]))  # type: ignore[arg-type]
+    inputs = [i for i in p["jobParameters"] if i.get("param_type") == "input"]
+    assert [i["value"] for i in inputs] == ['-i "${IN/T}"', "${IN2}", "${IN3}"]
+    assert inputs[2]["dataset"] == "user.jdoe:higgs.test" and inputs[2]["nFilesPerJob"] == 1
+    assert p["jobParameters"][-1]["value"] == \
+        "--inMap \"{'IN': ${IN/T}, 'IN2': ${IN2/T}, 'IN3': ${IN3/T}}\""
+    assert "--validation %IN2 --test %IN3 --trial " in exec_string(p)
+    assert "%IN3" not in exec_string(plain) and "IN3" not in json.dumps(plain)
+    assert trial_doc_of(p)["data"]["test"] == ["e0.h5"]
+    flagged = {i["value"].rsplit(".", 2)[-2] + "." + i["value"].rsplit(".", 1)[-1]
+               for i in output_items(p) if i.get("allowNoOutput")}
+    assert set(TEST_OUTPUT_FILES) <= flagged  # a regression trial writes no test figures
+    assert len(output_items(p)) == len(output_items(plain)) + 3
+    from payloads.runtime.core import TEST_FILES
+
+    assert TEST_OUTPUT_FILES == TEST_FILES  # what the payload writes
 
 
 def test_exec_string_carries_trial_and_model_and_the_planner_command() -> None:

@@ -27,6 +27,9 @@ for path in doc["data"]["train"] + doc["data"]["validation"] + [doc["model_file"
 (out / "metrics.jsonl").write_text('{"epoch": 1}\\n')
 (out / "result.json").write_text('{"state": "completed"}')
 (out / "model.keras").write_bytes(b"model")
+for path in doc["data"].get("test", []):  # data.test: the test split's figures
+    assert pathlib.Path(path).is_file(), path
+    (out / "roc_test.json").write_text("{}")
 print("trained", doc["grid"]["gpus_requested"], doc["grid"]["gpus_visible"])
 import os
 print("env", os.environ["HOROVOD_START_TIMEOUT"], os.environ["GRIDML_X"])
@@ -38,19 +41,26 @@ def adler(data: bytes) -> str:
     return f"{zlib.adler32(data) & 0xFFFFFFFF:08x}"
 
 
-def job_dir(tmp: Path, *, corrupt: bool = False, exit_code: int = 0) -> tuple[Path, list[str]]:
-    """A job directory as the pilot leaves it, and the wrapper's command line."""
+def job_dir(tmp: Path, *, corrupt: bool = False, exit_code: int = 0,
+            test: bool = False) -> tuple[Path, list[str]]:
+    """A job directory as the pilot leaves it, and the wrapper's command line (``test``: with
+    a test split, stream IN3)."""
     cwd = tmp / "job"
     cwd.mkdir()
     files = {"t0.h5": b"train-0", "t1.h5": b"train-1", "v0.h5": b"val-0"}
+    if test:
+        files["e0.h5"] = b"test-0"
     for name, data in files.items():
         (cwd / name).write_bytes(data if not (corrupt and name == "t1.h5") else b"tRain-1")
     doc = {"study": "s", "hparams": {"exit": exit_code}, "model_file": "/submit/host/mlp.py",
            "output_dir": "/submit/host/runs/s/trial-0000/outputs",
            "data": {"train": ["t0.h5", "t1.h5"], "validation": ["v0.h5"], "features": "x"},
            "inputs": [{"did": f"user.x:{n}", "bytes": len(d), "adler32": adler(d)} for n, d in files.items()]}
+    if test:
+        doc["data"]["test"] = ["e0.h5"]  # type: ignore[index]
     (cwd / "payload.py").write_text(FAKE_PAYLOAD)
-    args = ["--train", "t0.h5,t1.h5", "--validation", "v0.h5", "--trial", pack(json.dumps(doc).encode()),
+    args = ["--train", "t0.h5,t1.h5", "--validation", "v0.h5", *(["--test", "e0.h5"] if test else []),
+            "--trial", pack(json.dumps(doc).encode()),
             "--model", pack(b"def build_model(h, s): pass\n"), "--model-name", "mlp.py", "--gpus", "1",
             "--env", "GRIDML_X=a b",
             "--", sys.executable, "payload.py", "trial.json"]
@@ -71,11 +81,22 @@ def test_the_wrapper_fixes_the_trial_file_runs_the_payload_and_collects_outputs(
     assert trial["data"]["train"] == [str(cwd / "t0.h5"), str(cwd / "t1.h5")]
     assert trial["model_file"] == str(cwd / "mlp.py") and (cwd / "mlp.py").is_file()
     assert trial["output_dir"] == str(cwd / "outputs")
+    assert "test" not in trial["data"]  # no test split: none in the payload's trial file
     for name in ("metrics.jsonl", "result.json", "model.keras"):
         assert (cwd / name).is_file() and not (cwd / "outputs" / name).exists()
     assert "trained 1 0" in (cwd / "payload.log").read_text()
     assert "env 300 a b" in (cwd / "payload.log").read_text()  # Horovod's timeouts, the request's env
     assert "asked for 1 GPU(s), this node gives 0" in proc.stderr
+
+
+def test_a_test_split_from_stream_in3_reaches_the_payload_and_its_figures_come_out(
+        tmp_path: Path) -> None:
+    cwd, args = job_dir(tmp_path, test=True)
+    proc = run_wrapper(cwd, args)
+    assert proc.returncode == 0, proc.stderr
+    trial = json.loads((cwd / "trial.json").read_text())
+    assert trial["data"]["test"] == [str(cwd / "e0.h5")]
+    assert (cwd / "roc_test.json").is_file() and "roc_test.json" in proc.stderr  # runGen's -o finds it
 
 
 def test_a_corrupt_input_stops_the_job_before_the_payload(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """data.test (the test split): the spec key, the trial document (written only when given), the
-grid refusal, the store's and the API's view of the test metrics, the CLI's line, and the
+phpo refusal, the store's and the API's view of the test metrics, the CLI's line, and the
 dashboard's ranking of the best trials' ROC curves."""
 
 from __future__ import annotations
@@ -59,11 +59,12 @@ def test_data_test_reaches_the_trial_document_only_when_given(tmp_path: Path) ->
     assert back.data.test == ("/d/e1.h5", str(tmp_path / "e2.h5"))
 
 
-def test_grid_executors_refuse_a_test_split_in_one_line(tmp_path: Path) -> None:
+def test_phpo_refuses_a_test_split_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as err:
-        _load(tmp_path, "test: user.demo:e", executor="panda", exists=True)
-    assert "data.test" in str(err.value) and "executor local or slurm" in str(err.value)
-    _load(tmp_path, "test: user.demo:e", executor="local", exists=True)  # fine locally
+        _load(tmp_path, "test: user.demo:e", executor="phpo", exists=True)
+    assert "data.test" in str(err.value) and "executor local, slurm or panda" in str(err.value)
+    for executor in ("local", "panda"):  # fine locally and through PanDA (stream IN3)
+        _load(tmp_path, "test: user.demo:e", executor=executor, exists=True)
 
 
 def test_test_metrics_in_the_api_schema_and_the_cli_line() -> None:

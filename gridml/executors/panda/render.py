@@ -12,6 +12,9 @@ exec string ``python -m payloads.pilot_wrapper ...``. Where gridml differs from 
   unpacked by the pilot wrapper; the trial file travels inside the exec string (gzip+base64), the
   payload code comes from the container image;
 * secondary input DIDs keep their ``scope:`` (prun's ``--secondaryDSs`` syntax cannot carry one);
+  the validation split is stream ``IN2`` and, when the spec names ``data.test``, the test split
+  stream ``IN3`` (prun's ``--secondaryDSs IN2:n:val,IN3:m:test``); without a test split the
+  parameters are exactly those of a two-stream task;
 * one job per task: ``nFilesPerJob`` = all training files, each secondary stream takes all its files;
 * ``disableAutoRetry`` and ``skipScout``: gridml's controller decides about retries (``retryTask``),
   and a one-job task has nothing to scout;
@@ -23,7 +26,8 @@ are declared as prun's ``--allowNoOutput`` declares them: the output template ca
 ``allowNoOutput: True`` (JEDI flags the dataset, the pilot gets the file's name in the job's
 ``allowNoOutput`` list and leaves it out of stage-out when it was not written, the server marks it
 ``nooutput`` and the job stays finished) and runGen gets ``--allowNoOutput=<templates>``. A written
-``model.onnx`` is staged out and comes back like every other output.
+``model.onnx`` is staged out and comes back like every other output. With a test split the job
+also declares the test figures (:data:`TEST_OUTPUT_FILES`, optional as the validation ones are).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ from gridml.planner import OPTIONAL_OUTPUT_FILES, output_files, payload_command
 
 LOG_EXCLUDE = r"\.log\.tgz(\.\d+)*$"  # prun never feeds log tarballs of the input datasets to jobs
 WRAPPER = "python -m payloads.pilot_wrapper"
+# data.test's figures (payloads.runtime.core.TEST_FILES): declared only when the spec names a test
+# split, optional (a regression trial writes none; result.json carries the test metrics)
+TEST_OUTPUT_FILES = ("roc_test.json", "roc_test.png", "scores_test.png")
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ class PandaTask:
     cli_params: str = "gridml submit"
     name_suffix: str = ""  # ".aK": a new task for attempt K when the earlier one cannot be retried
     sandbox: str | None = None  # the user's code in PanDA's cache (prun's -a), see panda_sandbox
+    test: tuple[str, ...] = ()  # data.test's dataset DIDs -> stream IN3 (secondary); () : no stream
+    n_test: int = 0
 
 
 # ---- names --------------------------------------------------------------------------------------
@@ -118,12 +127,15 @@ def job_command(doc: dict[str, Any], model_source: bytes | None, model_name: str
                 sandbox: str | None = None) -> str:
     """The exec string: the pilot wrapper, the payload's horovodrun line after ``--``.
 
-    ``%IN`` / ``%IN2`` are prun placeholders: runGen puts the staged file names there. With a
-    ``sandbox`` the model comes in it (``-a``, unpacked by the wrapper), else inside the string."""
+    ``%IN`` / ``%IN2`` (/ ``%IN3``: the test split, when the trial document has one) are prun
+    placeholders: runGen puts the staged file names there. With a ``sandbox`` the model comes in
+    it (``-a``, unpacked by the wrapper), else inside the string."""
     payload = payload_command(workers, controller, "trial.json",
                               framework=doc.get("training", {}).get("framework", "keras"))
-    args = [WRAPPER, "--train", "%IN", "--validation", "%IN2",
-            "--trial", pack(json.dumps(doc, sort_keys=True).encode())]
+    args = [WRAPPER, "--train", "%IN", "--validation", "%IN2"]
+    if (doc.get("data") or {}).get("test"):
+        args += ["--test", "%IN3"]
+    args += ["--trial", pack(json.dumps(doc, sort_keys=True).encode())]
     if sandbox:
         args += ["--sandbox", shlex.quote(sandbox)]
     else:
@@ -239,7 +251,13 @@ def job_parameters(t: PandaTask, name: str) -> list[dict[str, Any]]:
     items.append({"type": "template", "param_type": "input", "value": "${IN2}",
                   "dataset": ",".join(t.validation), "expand": True, "hidden": True,
                   "nFilesPerJob": t.n_validation})
-    items.append({"type": "constant", "value": "--inMap \"{'IN': ${IN/T}, 'IN2': ${IN2/T}}\""})
+    in_map = "{'IN': ${IN/T}, 'IN2': ${IN2/T}}"
+    if t.test:  # data.test: a third stream, as prun's second --secondaryDSs entry renders it
+        items.append({"type": "template", "param_type": "input", "value": "${IN3}",
+                      "dataset": ",".join(t.test), "expand": True, "hidden": True,
+                      "nFilesPerJob": t.n_test})
+        in_map = "{'IN': ${IN/T}, 'IN2': ${IN2/T}, 'IN3': ${IN3/T}}"
+    items.append({"type": "constant", "value": f'--inMap "{in_map}"'})
     return items
 
 

@@ -19,7 +19,12 @@ from gridml.executors.panda import client as pc
 from gridml.executors.base import TaskRequest
 from gridml.executors.reach import reachable_api_url
 from gridml.planner import optional_output_files, output_files
-from gridml.executors.panda.render import PandaTask, job_command, render_task_params
+from gridml.executors.panda.render import (
+    TEST_OUTPUT_FILES,
+    PandaTask,
+    job_command,
+    render_task_params,
+)
 from gridml.executors.panda.sandbox import Sandbox, sandbox_for
 from gridml.layout import SANDBOX
 
@@ -74,6 +79,10 @@ def task_from_request(req: TaskRequest, nickname: str, *, source_url: str | None
     command = job_command(doc, None, req.model_file.name, workers=req.workers,
                           controller=req.launcher, gpus=req.gpus, env=req.env, sandbox=name)
     site = req.site
+    outputs = output_files(req.trial.training.framework)
+    optional = optional_output_files(req.trial.training.framework)
+    if req.test_dids:  # data.test: a third input stream (IN3) and the test split's figures
+        outputs, optional = (*outputs, *TEST_OUTPUT_FILES), (*optional, *TEST_OUTPUT_FILES)
     return PandaTask(
         nickname=nickname, study=req.study, trial_number=req.trial_number,
         train=list(req.train_dids), validation=list(req.validation_dids),
@@ -82,10 +91,9 @@ def task_from_request(req: TaskRequest, nickname: str, *, source_url: str | None
         gpus=req.gpus, vram_gb=req.vram_gb, container=req.container,
         site=site.get("site"), working_group=site.get("working_group"),
         vo=site.get("vo") or "atlas", rse=site.get("rse"), client_version=client_version,
-        source_url=source_url, outputs=output_files(req.trial.training.framework),
-        optional=optional_output_files(req.trial.training.framework),
+        source_url=source_url, outputs=outputs, optional=optional,
         cli_params=f"gridml {__version__} submit: study {req.study}, trial {req.trial_number}",
-        sandbox=name)
+        sandbox=name, test=tuple(req.test_dids), n_test=len(doc["data"].get("test") or ()))
 
 
 def payload_files(req: TaskRequest) -> list[str] | None:
@@ -107,6 +115,8 @@ def grid_trial_document(doc: dict[str, Any]) -> dict[str, Any]:
     data = dict(doc["data"])
     for which in ("train", "validation"):
         data[which] = [Path(p).name for p in data.get(which, [])]
+    if "test" in data:  # only when the spec names data.test (the job gets it as stream IN3)
+        data["test"] = [Path(p).name for p in data["test"]]
     api = doc.get("api")
     if api and reachable_api_url(api.get("url"), remote=True) is None:
         log.debug("trial document without the API %s: a worker node cannot reach it", api.get("url"))
