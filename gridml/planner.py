@@ -2,8 +2,9 @@
 
 One call, :func:`plan`, derives everything an executor needs from the spec and the trial; no
 executor reads ``trial.json`` back, rebuilds a spec or opens a data store of its own. No I/O here
-(the controller writes the trial file and stages inputs), so the output is golden-file testable
-and the dry run comes for free.
+(the controller writes the trial file and stages inputs) but for one look at whether stage-in
+wrote the inputs' layout sidecars (:func:`layout_sidecars`), so the output is golden-file
+testable and the dry run comes for free.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gridml import __version__
 from gridml.spec import LoadedSpec, Spec, parse_walltime
 from gridml.store import Study, Trial
 from payloads.runtime import trial as contract
+from payloads.runtime.pipeline import layouts
 
 OUTPUT_FILES = ("model.keras", "curves.png", "metrics.jsonl", "provenance.json", "result.json",
                 "model_source.py")
@@ -98,7 +100,8 @@ def output_name(study: str, number: int, filename: str) -> str:
 def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: list[str],
                    validation: list[str], inputs: list[dict[str, Any]], output_dir: str,
                    api: dict[str, str] | None, git: str | None = None,
-                   test: list[str] | None = None) -> contract.TrialDoc:
+                   test: list[str] | None = None,
+                   layouts: list[str] | None = None) -> contract.TrialDoc:
     """The trial contract (payloads/runtime/trial.py, docs/trial-contract.md)."""
     spec = loaded.spec
     tr = spec.training
@@ -122,7 +125,8 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
                            views=tuple(i.model_dump(mode="json") for i in spec.data.inputs or ()
                                        if not isinstance(i, str)),
                            train=tuple(train), validation=tuple(validation),
-                           test=tuple(test or ()), max_open_files=spec.data.max_open_files),
+                           test=tuple(test or ()), max_open_files=spec.data.max_open_files,
+                           layouts=tuple(layouts or ())),
         inputs=tuple(inputs), output_dir=Path(output_dir),
         seed=trial_seed(spec.search.seed, trial.number),
         resources=contract.Resources(cores=spec.resources.cores, gpus=spec.resources.gpus,
@@ -141,7 +145,10 @@ def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train
     """The task request of the trial's current attempt, with its trial document inside."""
     spec = loaded.spec
     doc = trial_document(loaded, study, trial, train=train, validation=validation, inputs=inputs,
-                         output_dir=str(workdir / "outputs"), api=api, git=git, test=test)
+                         output_dir=str(workdir / "outputs"), api=api, git=git, test=test,
+                         layouts=layout_sidecars(workdir, spec.data.dids("train")
+                                                 + spec.data.dids("validation")
+                                                 + spec.data.dids("test")))
     section = getattr(spec, {"phpo": "panda"}.get(spec.backend.executor, spec.backend.executor), None)
     return TaskRequest(
         study=study.name, trial_id=trial.id, trial_number=trial.number,
@@ -154,6 +161,16 @@ def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train
         test_dids=tuple(spec.data.dids("test")),
         output_dataset=loaded.output_dataset, python=spec.payload.python, spec=spec,
         site=section.model_dump(mode="json") if section is not None else {})
+
+
+def layout_sidecars(workdir: Path, dids: list[str]) -> list[str]:
+    """The layout sidecars of the input datasets ``dids`` that stage-in wrote into the study's
+    ``inputs/`` folder (beside ``workdir``: payloads/runtime/pipeline/layouts.py), for
+    trial.json's ``data.layouts``; the one look at the disk here (a remote executor's inputs
+    are staged by its jobs: no sidecar, the payload opens each file once)."""
+    folder = workdir.parent / "inputs"
+    out = [folder / layouts.sidecar_name(d) for d in dict.fromkeys(dids)]
+    return [str(p) for p in out if p.is_file()]
 
 
 def payload_command(workers: int, controller: str, trial_file: str,

@@ -8,11 +8,14 @@ Layout under ``root`` (``$GRIDML_HOME/store`` by default)::
 
 Semantics follow Rucio: a file DID is immutable (re-uploading the same bytes is a no-op, different
 bytes under the same name are refused); datasets hold files, containers hold datasets/containers;
-every file has its size and adler32.
+every file has its size and adler32. An HDF5 file also gets a layout record in its metadata
+(``layout``: its datasets' shapes, dtypes and chunk offsets, payloads/runtime/pipeline/layouts.py),
+which lets a trial's start check it without opening it (docs/data.md, "Many files").
 
 Stage-in choice: the store *is* on this machine, so :meth:`LocalStore.stage_in` returns the stored
 paths directly (after checking each file is present with its registered size) and copies nothing;
-``dest`` is accepted for the seam's sake and left untouched. Payloads only read their inputs.
+into ``dest`` goes only the dataset's layout sidecar (when its files have records). Payloads only
+read their inputs.
 :meth:`LocalStore.download` (``gridml data get``, ``gridml fetch``) copies and verifies adler32.
 """
 
@@ -30,8 +33,10 @@ from gridml.data.base import DID, FileInfo, adler32_file, parse_did
 from gridml.data.catalog import Catalog, Row
 from gridml.data.common import check_names, copy_verified, empty_error, not_found, resolve_pattern
 from gridml.errors import ChecksumError, DataError
+from payloads.runtime.pipeline.layouts import make_record, write_sidecar
 
 RSE = "LOCAL"
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 class LocalStore:
@@ -94,8 +99,12 @@ class LocalStore:
 
     # -- stage-in / download -----------------------------------------------------------------
     def stage_in(self, did: str, dest: Path) -> list[FileInfo]:
-        """The stored files themselves (no copy, see the module docstring); ``dest`` is unused."""
-        return self.resolve(did)
+        """The stored files themselves (no copy, see the module docstring). Into ``dest`` goes
+        only the dataset's layout sidecar, where its files have layout records (none: ``dest``
+        is left untouched)."""
+        files = self.resolve(did)
+        write_sidecar(Path(dest), did, [(str(f.path), f.metadata.get("layout")) for f in files])
+        return files
 
     def download(self, did: str, dest: Path) -> list[Path]:
         """Copy the files of ``did`` into ``dest`` (flat, by name), verifying adler32.
@@ -156,9 +165,10 @@ class LocalStore:
         dids = [DID(ds.scope, n) for n in check_names(files, names, ds)]
         staged = [self._stage_tmp(f) for f in files]
         try:
+            layouts = [_layout(tmp) for tmp, _, _ in staged]
             with self.catalog.write() as con:
                 _ensure_collection(con, ds, "dataset", None)
-                self._register(con, ds, dids, staged, metadata or {})
+                self._register(con, ds, dids, staged, metadata or {}, layouts)
         finally:
             for tmp, _, _ in staged:
                 tmp.unlink(missing_ok=True)
@@ -184,22 +194,25 @@ class LocalStore:
         return tmp, tmp.stat().st_size, want
 
     def _register(self, con: sqlite3.Connection, ds: DID, dids: list[DID],
-                  staged: list[tuple[Path, int, str]], meta: dict[str, Any]) -> None:
+                  staged: list[tuple[Path, int, str]], meta: dict[str, Any],
+                  layouts: list[dict[str, Any] | None]) -> None:
         placed: list[Path] = []
         try:
-            for did, (tmp, size, adler) in zip(dids, staged, strict=True):
+            for did, (tmp, size, adler), lay in zip(dids, staged, layouts, strict=True):
+                mine = {**meta, "layout": lay} if lay else meta
                 if self._check_existing(con, did, size, adler):  # a no-op, as on Rucio
                     Catalog.attach(con, ds, did)
-                    if meta:
-                        row = Catalog.get(con, did)
-                        Catalog.set_meta(con, did, {**(row.meta if row else {}), **meta})
+                    row = Catalog.get(con, did)
+                    old = row.meta if row else {}
+                    if meta or (lay and old.get("layout") != lay):  # (a record added later)
+                        Catalog.set_meta(con, did, {**old, **mine})
                     continue
                 final = self.path_for(did)
                 final.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp, final)
                 placed.append(final)
                 Catalog.add(con, did, "file", bytes_=size, adler32=adler,
-                            path=str(final.relative_to(self.root)), meta=meta)
+                            path=str(final.relative_to(self.root)), meta=mine)
                 Catalog.attach(con, ds, did)
         except BaseException:
             for p in placed:  # the transaction rolls back; take the new files back too
@@ -243,6 +256,19 @@ class LocalStore:
     def _info(self, row: Row) -> FileInfo:
         return FileInfo(row.did, row.bytes or 0, row.adler32 or "", self.root / (row.path or ""),
                         [RSE], dict(row.meta))
+
+
+def _layout(path: Path) -> dict[str, Any] | None:
+    """The layout record of an HDF5 file (payloads/runtime/pipeline/layouts.py: what a trial's
+    start checks, so that it need not open the file), None for any other file (the signature
+    is looked at first: no h5py import for a model or a figure)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(8) != HDF5_SIGNATURE:
+                return None
+    except OSError:
+        return None
+    return make_record(path)
 
 
 def _ensure_collection(con: sqlite3.Connection, did: DID, type_: str,

@@ -12,7 +12,7 @@ from payloads.runtime import model as user_model, threads
 from payloads.runtime.pipeline import inputs
 from payloads.runtime.pipeline.cache import BlockCache, choose_compression
 from payloads.runtime.errors import PayloadFailure
-from payloads.runtime.pipeline.h5source import H5Source, set_max_open_files
+from payloads.runtime.pipeline.h5source import H5Source, set_max_open_files, use_layouts
 from payloads.runtime.reporter import HttpApi, Reporter
 from payloads.runtime.spool import Spool
 from payloads.runtime.trial import TrialDoc
@@ -145,6 +145,7 @@ def open_data(cfg: TrialDoc, rank: int, ranks: int, processes: int = 0,
     t, opt = cfg.training, cfg.training.options
     lay = layout(cfg)
     set_max_open_files(cfg.data.max_open_files)  # one LRU of open files for all sources
+    use_layouts(cfg.data.layouts)  # the files' layout records: no open at start
     train = H5Source(list(cfg.data.train), _columns(cfg, lay))
     if processes and opt.reader_processes in (None, "auto") and train.all_direct:
         log.info("training data is unfiltered (read with preadv, nothing to decode): "

@@ -96,6 +96,10 @@ class Data:
     # data.max_open_files: input files each payload process holds open at a time (None: sized
     # from the soft RLIMIT_NOFILE; pipeline/h5source.py); written only when given
     max_open_files: int | None = None
+    # the layout records of the input files (sidecars in the study's inputs/ folder, one per
+    # input dataset, pipeline/layouts.py): the payload checks those files without opening
+    # them at start; written only when there are some
+    layouts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,8 @@ class TrialDoc:
             doc["data"].pop("test")
         if doc["data"].get("max_open_files") is None:
             doc["data"].pop("max_open_files", None)
+        if not doc["data"].get("layouts"):
+            doc["data"].pop("layouts", None)
         return doc
 
     def dumps(self) -> str:
@@ -192,7 +198,8 @@ class TrialDoc:
         data = dataclasses.replace(
             data, train=tuple(str((here / p).resolve()) for p in data.train),
             validation=tuple(str((here / p).resolve()) for p in data.validation),
-            test=tuple(str((here / p).resolve()) for p in data.test))
+            test=tuple(str((here / p).resolve()) for p in data.test),
+            layouts=tuple(str((here / p).resolve()) for p in data.layouts))
         api = d.get("api")
         return cls(
             study=str(d.get("study", "study")), trial_id=int(d["trial_id"]),

@@ -28,7 +28,7 @@ import resource
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,7 @@ import numpy as np
 from h5py import h5d
 
 from payloads.runtime.errors import InputDataError, PayloadFailure
+from payloads.runtime.pipeline import layouts
 from payloads.runtime.pipeline.chunkio import DirectRows, open_direct
 
 log = logging.getLogger("gridml.payload")
@@ -313,6 +314,38 @@ def _reason(e: BaseException) -> str:
     return text[:240] or type(e).__name__
 
 
+# --- layout records ------------------------------------------------------------------------
+_records: dict[str, dict[str, Any]] = {}
+
+
+def use_layouts(sidecars: Sequence[str]) -> int:
+    """trial.json's ``data.layouts``: the layout records (layouts.py) the sources of this
+    process check their files with, instead of opening them; returns how many files have one.
+    A sidecar that cannot be read is logged, and its files are opened as without."""
+    recs, problems = layouts.read_sidecars(sidecars)
+    for p in problems:
+        log.info("layout records: cannot read %s: those files are opened at start", p)
+    _records.clear()
+    _records.update(recs)
+    if recs:
+        log.info("layout records: %d input files described by the catalog", len(recs))
+    return len(recs)
+
+
+def _direct_from(d: Mapping[str, Any], shape: tuple[int, ...], dtype: Any) -> DirectRows | None:
+    """A direct reader from a record's ``direct`` entry (its byte offsets; the descriptor is
+    given at each read), or None where HDF5 reads the dataset."""
+    dr = d.get("direct")
+    if not dr or not shape or shape[0] == 0:
+        return None
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    offsets = layouts.decode_offsets(dr["offsets"])
+    c = int(dr["chunk_rows"])
+    if int(dr["row_bytes"]) != row_bytes or c <= 0 or len(offsets) != -(-shape[0] // c):
+        return None
+    return DirectRows(-1, offsets, c, row_bytes, int(shape[0]))
+
+
 # --- the check pass over processes -----------------------------------------------------------
 SCAN_FILES_PER_PROCESS = 1000
 
@@ -439,7 +472,8 @@ class H5Source:
 
     def __init__(self, paths: Sequence[str], names: Sequence[str], block_rows: int | None = None,
                  direct: bool = True, pool: OpenFiles | None = None,
-                 scan_processes: int | None = None):
+                 scan_processes: int | None = None,
+                 records: Mapping[str, Mapping[str, Any]] | None = None):
         if not paths:
             raise InputDataError("<none>", "no input files given")
         self.paths, self.names = [str(p) for p in paths], list(names)
@@ -450,13 +484,36 @@ class H5Source:
         self.row_shapes: dict[str, tuple[int, ...]] = {}
         self.dtypes: dict[str, Any] = {}
         self._chunks: Any = None
-        # one pass: each file opened once, checked against the first (over processes when
-        # the files are many and the cores too: the HDF5 opens are the start's cost)
-        k = scan_workers(len(self.paths)) if scan_processes is None else scan_processes
-        if k > 1:
+        # the per-file checks: from the files' layout records where the catalog has them (no
+        # open, layouts.py), else one pass, each file opened once and checked against the first
+        # (over processes when the files are many and the cores too: the opens are the cost)
+        t0 = time.perf_counter()
+        self.check_opened = self.check_from_records = 0
+        trusted = self._trusted(_records if records is None else records)
+        unknown = sum(r is None for r in trusted)
+        k = scan_workers(unknown) if scan_processes is None else scan_processes
+        if k > 1 and 2 * unknown > len(self.paths):
             self.rows = self._scan_in_processes(k)
+            self.check_opened = len(self.paths)
         else:
-            self.rows = [self._check(i) for i in range(len(self.paths))]
+            self.rows = []
+            for i, rec in enumerate(trusted):
+                if i == 0:
+                    self.rows.append(self._check(0))
+                    if rec is not None and not self._agrees(rec):
+                        log.warning("layout records: %s differs from its record: the records "
+                                    "are not used (each file is opened at start)", self.paths[0])
+                        trusted = [None] * len(trusted)
+                elif rec is None:
+                    self.rows.append(self._check(i))
+                else:
+                    self.rows.append(self._check_record(i, rec))
+            self.check_opened = sum(r is None for r in trusted[1:]) + 1
+            self.check_from_records = len(self.paths) - self.check_opened
+            if self.check_from_records:
+                log.info("checked %d input files in %.2f s: %d from their layout records, "
+                         "%d opened", len(self.paths), time.perf_counter() - t0,
+                         self.check_from_records, self.check_opened)
         # the bound of the shuffle (plan.py): files beyond what the LRU holds are interleaved
         # a window of files at a time; fixed here, the same on every rank
         self.shuffle_cycle = (max(1, self.pool.capacity // 2)
@@ -548,6 +605,66 @@ class H5Source:
         if i and not self._hdf5_needed(i):  # closed at once: HDF5 opens slow down with many
             self.pool.discard(path)          # files open, and the epochs reopen it bare
         return int(next(iter(lens.values())))
+
+    def _trusted(self, records: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any] | None]:
+        """Per file, its layout record if it can stand in for opening the file: one naming
+        every dataset asked for, each of a plain dtype, made for a file of the size the file
+        has now (one ``os.stat``); else None (the file is opened)."""
+        if not records:
+            return [None] * len(self.paths)
+        out: list[Mapping[str, Any] | None] = []
+        for p in self.paths:
+            rec = records.get(p)
+            try:
+                ok = (rec is not None and rec.get("v") == layouts.VERSION
+                      and all(rec["datasets"].get(n, {}).get("dtype") for n in self.names)
+                      and os.stat(p).st_size == rec["bytes"])
+            except (OSError, AttributeError, KeyError, TypeError):
+                ok = False
+            out.append(rec if ok else None)
+        return out
+
+    def _check_record(self, i: int, rec: Mapping[str, Any]) -> int:
+        """:meth:`_check` of file ``i`` from its layout record: the same checks and messages,
+        and its direct readers, without opening it."""
+        path, ds = self.paths[i], {n: rec["datasets"][n] for n in self.names}
+        shapes = {n: tuple(int(v) for v in d["shape"]) for n, d in ds.items()}
+        lens = {n: (s or (0,))[0] for n, s in shapes.items()}
+        if len(set(lens.values())) != 1:
+            raise InputDataError(path, f"datasets have different row counts {lens}")
+        for n, d in ds.items():
+            dt = np.dtype(d["dtype"])
+            if shapes[n][1:] != self.row_shapes[n] or dt != self.dtypes[n]:
+                raise InputDataError(
+                    path, f"dataset '{n}' is {dt}{shapes[n][1:]}, but "
+                          f"{self.paths[0]} has {self.dtypes[n]}{self.row_shapes[n]}")
+        self._direct[i] = {n: (_direct_from(d, shapes[n], self.dtypes[n])
+                               if self._use_direct else None) for n, d in ds.items()}
+        return int(next(iter(lens.values())))
+
+    def _agrees(self, rec: Mapping[str, Any]) -> bool:
+        """Whether file 0's record says what opening it found (shapes, dtypes, offsets): a
+        record of another layout than the reader expects is not trusted for any file."""
+        try:
+            if self._check_record_quiet(0, rec) != self.rows[0]:
+                return False
+            mine = self._direct[0] or {}
+            for n in self.names:
+                a, b = mine.get(n), _direct_from(rec["datasets"][n], (self.rows[0],
+                                                 *self.row_shapes[n]), self.dtypes[n])
+                if (a is None) != (b is None) or (a is not None and b is not None and (
+                        a.chunk_rows != b.chunk_rows or not np.array_equal(a.offsets, b.offsets))):
+                    return False
+            return True
+        except (InputDataError, KeyError, TypeError, ValueError):
+            return False
+
+    def _check_record_quiet(self, i: int, rec: Mapping[str, Any]) -> int:
+        saved = self._direct[i]
+        try:
+            return self._check_record(i, rec)
+        finally:
+            self._direct[i] = saved
 
     def _make_blocks(self) -> list[Block]:
         b = self.block_rows
