@@ -2,7 +2,7 @@
 get a record each in the catalog, stage-in writes the dataset's sidecar into the study's
 ``inputs/``, the planner names it in trial.json (``data.layouts``), and the payload's sources
 check the files from it, opening only the first (the pool's own open counter says so) while
-reading the same rows; a record gone stale (the file's size changed) is not trusted: that file
+reading the same rows, also through the payload's own ``open_data`` from trial.json; a record gone stale (the file's size changed) is not trusted: that file
 is opened and checked, and a file of another shape is still named."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from gridml.data.cli import data_app
 from gridml.data.local import LocalStore
 from gridml.planner import layout_sidecars
-from payloads.runtime import trial as contract
+from payloads.runtime import session, trial as contract
 from payloads.runtime.errors import InputDataError
 from payloads.runtime.pipeline import h5source, layouts
 from payloads.runtime.pipeline.h5source import H5Source, OpenFiles
@@ -84,7 +84,19 @@ def test_put_files_are_checked_from_their_records_without_opening(
     # without the records: every file opened once, the same rows
     plain = H5Source(list(cfg.data.train), ["x", "y"], pool=OpenFiles(16), records={})
     assert plain.check_opened == N and plain.rows == src.rows
-    h5source.use_layouts([])
+    # the payload's own path (a rank's open_data, both frameworks): trial.json's data.layouts
+    # read, one file opened at start, an epoch over every row
+    data = session.open_data(cfg, 0, 1)
+    try:
+        train = data.sources[0]
+        assert (train.check_opened, train.check_from_records) == (1, N - 1)
+        assert sum(len(y) for _x, y in data.train.batches([0])) == 20 * N
+    finally:
+        for ld in data.loaders:
+            ld.close()
+        for s in data.sources:
+            s.close()
+        h5source.use_layouts([])
 
 
 def test_stale_record_opens_the_file_and_a_shape_change_is_named(
