@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import resource
 import threading
@@ -338,7 +339,7 @@ def _direct_from(d: Mapping[str, Any], shape: tuple[int, ...], dtype: Any) -> Di
     dr = d.get("direct")
     if not dr or not shape or shape[0] == 0:
         return None
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    row_bytes = math.prod(shape[1:]) * np.dtype(dtype).itemsize  # (np.prod: 10x slower)
     offsets = layouts.decode_offsets(dr["offsets"])
     c = int(dr["chunk_rows"])
     if int(dr["row_bytes"]) != row_bytes or c <= 0 or len(offsets) != -(-shape[0] // c):
