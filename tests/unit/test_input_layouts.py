@@ -7,8 +7,10 @@ is opened and checked, and a file of another shape is still named."""
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import h5py
@@ -34,6 +36,14 @@ def _write(p: Path, k: int, rows: int = 20, width: int = 3) -> Path:
                          chunks=(10, width))
         f.create_dataset("y", data=ids.astype(np.int64))  # contiguous
     return p
+
+
+@pytest.fixture(autouse=True)
+def _no_files_left_open() -> Iterator[None]:
+    """Every HDF5 file these tests opened is closed when they end (not at some later garbage
+    collection, which the descriptor counts of other tests would notice)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +94,7 @@ def test_put_files_are_checked_from_their_records_without_opening(
     # without the records: every file opened once, the same rows
     plain = H5Source(list(cfg.data.train), ["x", "y"], pool=OpenFiles(16), records={})
     assert plain.check_opened == N and plain.rows == src.rows
+    plain.close()
     # the payload's own path (a rank's open_data, both frameworks): trial.json's data.layouts
     # read, one file opened at start, an epoch over every row
     data = session.open_data(cfg, 0, 1)
