@@ -170,7 +170,7 @@ def layout_sidecars(workdir: Path, dids: list[str]) -> list[str]:
     are staged by its jobs: no sidecar, the payload opens each file once)."""
     folder = workdir.parent / "inputs"
     out = [folder / layouts.sidecar_name(d) for d in dict.fromkeys(dids)]
-    return [str(p) for p in out if p.is_file()]
+    return [str(p.resolve()) for p in out if p.is_file()]  # absolute: Slurm copies trial.json
 
 
 def payload_command(workers: int, controller: str, trial_file: str,
