@@ -156,3 +156,33 @@ def test_records_and_sidecars(tmp_path: Path) -> None:
     recs[paths[0]]["datasets"]["y"]["direct"]["offsets"] = [8]  # type: ignore[index]
     src = H5Source(paths, ["x", "y"], pool=OpenFiles(4), records=recs)  # type: ignore[arg-type]
     assert src.check_opened == 3 and src.check_from_records == 0
+
+
+def test_a_campaign_names_the_sidecars_in_trial_json(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's stage-in (local store, an executor that does not stage itself) writes
+    the sidecars once, and each trial.json names them (absolute: Slurm copies trial.json)."""
+    from gridml.controller import Campaign
+    from gridml.executors.dryrun import DryRunExecutor
+    from gridml.spec import load_spec
+    from gridml.store import open_store
+    from tests.helpers import register_tiny_datasets, write_spec
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("GRIDML_HOME", str(home))
+    data = LocalStore(home / "store")
+    register_tiny_datasets(data, tmp_path, "user.t")
+    spec = write_spec(tmp_path / "s.yaml", "lay", "user.t:train", "user.t:val")
+    store = open_store(f"sqlite:///{home / 'gridml.db'}")
+    try:
+        Campaign(load_spec(spec, did_exists=data.exists), store, DryRunExecutor(), data,
+                 home / "runs", api_url="http://127.0.0.1:9", poll_s=0).step()
+    finally:
+        store.close()
+    inputs = home / "runs" / "lay" / "inputs"
+    for trial in (home / "runs" / "lay").glob("trial-*/trial.json"):
+        doc = contract.load_trial(trial)
+        assert doc.data.layouts == (str(inputs / "user.t__train.layouts.json"),
+                                    str(inputs / "user.t__val.layouts.json"))
+        recs, problems = layouts.read_sidecars(doc.data.layouts)
+        assert not problems and set(recs) == {*doc.data.train, *doc.data.validation}
