@@ -17,6 +17,12 @@ process (measured: closing 2,200 files 43 s, 4,400 files 158 s), dropping the id
 only that file. Running out of descriptors anyway (the framework took more than foreseen) first
 halves the LRU and retries; only with no file left to close does it fail, with exit code 2 and
 the limit and the fix in the message (:class:`DescriptorLimitError`).
+
+Layout records (layouts.py): a file whose record the catalog has (trial.json's ``data.layouts``,
+:func:`use_layouts`) and whose size is the recorded one is checked from the record, the same
+checks and messages, and its direct readers made from the recorded offsets: it is not opened at
+start. The first file is always opened, and its record compared with what HDF5 says (they
+disagree: no record is used). ``check_opened`` / ``check_from_records`` count the two kinds.
 """
 
 from __future__ import annotations
