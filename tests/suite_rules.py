@@ -3,12 +3,11 @@
 - the fast tests first: tests/unit, then tests/integration, then tests/e2e, then tests/slurm
   (a broken unit test shows in the first minute, not after the campaigns); the order inside a
   folder is pytest's own;
-- run in parallel (scripts/test.sh: pytest-xdist, ``-n 2 --dist loadgroup``) the unit of work a
-  worker takes is a whole test module, so a module's fixtures are built once, except for the
-  tests of the one Slurm test cluster and the one Rucio server (session fixtures that cannot run
-  twice on one machine, or would cost their start-up twice): each is one group that a single
-  worker runs. The Slurm group goes first (the longest unit of work, mostly waiting on the
-  cluster) while the other worker starts on the unit tests;
+- run in parallel (scripts/test.sh: pytest-xdist, ``-n 2 --dist loadscope``) a worker takes a
+  whole test module at a time, in that same order, so a module's fixtures are built once. (Not
+  ``loadgroup``: pytest 9 keeps a node's id where xdist 3.8 no longer sets it, so its groups are
+  ignored.) The Slurm cluster and the Rucio server are session fixtures: each worker that runs
+  one of their tests starts its own (each keyed by its own folder, so two never collide);
 - in CI (``CI`` set) a test skipped because torch cannot be imported is a failure: CI installs
   torch, so that skip means a broken environment, never a test to leave out quietly. A module
   that skips itself at import (``pytest.importorskip("torch")`` at the top) is a collection error
@@ -38,32 +37,9 @@ def folder_rank(path: Path) -> int:
     return len(FOLDER_ORDER)
 
 
-# Session fixtures of one shared service each (tests/slurm/slurm_fixtures.py, tests/rucio/):
-# the tests that use them form one group, run by one worker; under xdist the Slurm group first.
-SERVICE_GROUPS = (("slurm", ("slurm_cluster", "slurm_env")),
-                  ("rucio", ("rucio_server", "rucio_env", "rucio_store")))
-
-
-def xdist_group(item: pytest.Item) -> str:
-    """The group of ``item`` under pytest-xdist's loadgroup: its service's, else its module's."""
-    names = set(getattr(item, "fixturenames", ()))
-    for group, fixtures in SERVICE_GROUPS:
-        if names.intersection(fixtures) or (group == "slurm" and folder_rank(item.path) == 3):
-            return group
-    return item.nodeid.split("::", 1)[0]
-
-
-def _order(item: pytest.Item, parallel: bool) -> tuple[int, int]:
-    return (0 if parallel and xdist_group(item) == "slurm" else 1, folder_rank(item.path))
-
-
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    parallel = bool(os.environ.get("PYTEST_XDIST_WORKER"))  # collected by an xdist worker
-    if parallel:
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
-    items.sort(key=lambda item: _order(item, parallel))  # stable: a folder's own order stays
+    items.sort(key=lambda item: folder_rank(item.path))  # stable: a folder's own order stays
 
 
 def torch_skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str | None:
