@@ -101,7 +101,7 @@ def _live_channel_warning(spec: Any) -> None:
         err.print(warning, highlight=False, markup=False, soft_wrap=True)
 
 
-def _build_check(loaded: Any, dm: Any) -> None:
+def _build_check(loaded: Any, dm: Any, said_off: bool = True) -> None:
     """The model built on one batch of the data, in the payload's interpreter
     (gridml/executors/probe.py): a problem is a SpecError (exit 2), a skip one line."""
     from gridml.errors import SpecError
@@ -109,6 +109,8 @@ def _build_check(loaded: Any, dm: Any) -> None:
     from gridml.spec.loader import located, read_yaml
 
     verdict = build_check(loaded, dm)
+    if verdict.skipped is not None and not said_off and verdict.skipped.startswith("$"):
+        return  # $GRIDML_BUILD_CHECK=0: the user turned it off; submit need not say so
     if verdict.problem is not None:
         field, message = verdict.problem
         _, lines = read_yaml(loaded.path)
@@ -180,12 +182,10 @@ def submit(spec: Path = typer.Argument(..., help="training spec (YAML)"),
     loaded, dm = _load(spec)
     server = _state.get("server") or (None if loaded.spec.backend.server == "embedded"
                                       else loaded.spec.backend.server)
+    # (local: the first trial builds the model here, and a bad model file fails it once,
+    # without a retry: docs/payload.md)
     if not dry_run and loaded.spec.backend.executor not in ("local", "dryrun"):
-        _build_check(loaded, dm)  # before a batch or grid job is spent on a bad model file
-    elif not dry_run and loaded.spec.backend.executor == "local":
-        err.print("build check skipped: backend.executor local builds the model in the first "
-                  "trial, here (a bad model file fails it once, without a retry)",
-                  highlight=False, markup=False)
+        _build_check(loaded, dm, said_off=False)  # before a job is spent on a bad model file
     if server and not dry_run:
         return _submit_remote(loaded, server)
     if dry_run:  # reads the real store (the server's when there is one), writes nothing to it

@@ -255,15 +255,15 @@ def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
     exit_file = torch or warn is not None
     if exit_file:
         lines.append(f"export GRIDML_EXIT_FILE={shlex.quote(str(attempt_dir(req) / 'payload_exit_code'))}")
+    if warn is not None:  # the trap first: a warning during slurm.setup must not kill the shell
+        lines += ["# Slurm's warning before the job ends (slurm.signal_grace): to the ranks",
+                  *SIGNAL_LINES]
     setup = [str(line) for line in site.get("setup") or []]
     if setup:
         lines += ["# slurm.setup", *setup]
     lines += ['echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} '
               '(batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2',
               "rm -f exit_code" + (" payload_exit_code" if exit_file else "")]
-    if warn is not None:
-        lines += ["# Slurm's warning before the job ends (slurm.signal_grace): to the ranks",
-                  *SIGNAL_LINES]
     if torch and max(req.nodes, 1) > 1:
         lines += ["# torchrun on every node; the rendezvous on the first node of the allocation",
                   *TORCH_HEAD]

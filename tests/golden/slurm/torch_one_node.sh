@@ -23,8 +23,6 @@ export HOROVOD_START_TIMEOUT=300
 # OpenMPI refuses root without these (containers, test clusters)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export GRIDML_EXIT_FILE=<DRYRUN>/runs/dry-torch-one-node/trial-0000/attempt-1/payload_exit_code
-echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
-rm -f exit_code payload_exit_code
 # Slurm's warning before the job ends (slurm.signal_grace): to the ranks
 export GRIDML_SIGNAL_DIR="$PWD/ranks"
 rm -rf "$GRIDML_SIGNAL_DIR" signalled_at; mkdir -p "$GRIDML_SIGNAL_DIR"
@@ -45,6 +43,8 @@ gridml_run() {  # the launcher in the background: a trap runs while it does
   done
 }
 trap gridml_warned USR1
+echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
+rm -f exit_code payload_exit_code
 gridml_run torchrun --nnodes 1 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint localhost:0 -m payloads.train_torch <DRYRUN>/runs/dry-torch-one-node/trial-0000/attempt-1/trial.json
 code=$?
 if [ "$code" -ne 0 ] && [ -s payload_exit_code ]; then code=$(cat payload_exit_code); fi
@@ -76,8 +76,6 @@ export HOROVOD_START_TIMEOUT=300
 # OpenMPI refuses root without these (containers, test clusters)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export GRIDML_EXIT_FILE=<DRYRUN>/runs/dry-torch-one-node/trial-0001/attempt-1/payload_exit_code
-echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
-rm -f exit_code payload_exit_code
 # Slurm's warning before the job ends (slurm.signal_grace): to the ranks
 export GRIDML_SIGNAL_DIR="$PWD/ranks"
 rm -rf "$GRIDML_SIGNAL_DIR" signalled_at; mkdir -p "$GRIDML_SIGNAL_DIR"
@@ -98,6 +96,8 @@ gridml_run() {  # the launcher in the background: a trap runs while it does
   done
 }
 trap gridml_warned USR1
+echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
+rm -f exit_code payload_exit_code
 gridml_run torchrun --nnodes 1 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint localhost:0 -m payloads.train_torch <DRYRUN>/runs/dry-torch-one-node/trial-0001/attempt-1/trial.json
 code=$?
 if [ "$code" -ne 0 ] && [ -s payload_exit_code ]; then code=$(cat payload_exit_code); fi

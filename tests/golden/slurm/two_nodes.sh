@@ -28,11 +28,6 @@ export HOROVOD_START_TIMEOUT=300
 # OpenMPI refuses root without these (containers, test clusters)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export GRIDML_EXIT_FILE=<DRYRUN>/runs/dry-two-nodes/trial-0000/attempt-1/payload_exit_code
-# slurm.setup
-module load cuda/12.2
-source /sw/env/bin/activate
-echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
-rm -f exit_code payload_exit_code
 # Slurm's warning before the job ends (slurm.signal_grace): to the ranks
 export GRIDML_SIGNAL_DIR="$PWD/ranks"
 rm -rf "$GRIDML_SIGNAL_DIR" signalled_at; mkdir -p "$GRIDML_SIGNAL_DIR"
@@ -53,6 +48,11 @@ gridml_run() {  # the launcher in the background: a trap runs while it does
   done
 }
 trap gridml_warned USR1
+# slurm.setup
+module load cuda/12.2
+source /sw/env/bin/activate
+echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
+rm -f exit_code payload_exit_code
 # the job's own OpenMPI session directory: two mpiruns starting at once on a node
 # race to create the shared one (mkdir /tmp/ompi.<host>.<uid>: File exists)
 export OMPI_MCA_orte_tmpdir_base="${TMPDIR:-/tmp}/gridml-ompi-${SLURM_JOB_ID}"
@@ -93,11 +93,6 @@ export HOROVOD_START_TIMEOUT=300
 # OpenMPI refuses root without these (containers, test clusters)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export GRIDML_EXIT_FILE=<DRYRUN>/runs/dry-two-nodes/trial-0001/attempt-1/payload_exit_code
-# slurm.setup
-module load cuda/12.2
-source /sw/env/bin/activate
-echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
-rm -f exit_code payload_exit_code
 # Slurm's warning before the job ends (slurm.signal_grace): to the ranks
 export GRIDML_SIGNAL_DIR="$PWD/ranks"
 rm -rf "$GRIDML_SIGNAL_DIR" signalled_at; mkdir -p "$GRIDML_SIGNAL_DIR"
@@ -118,6 +113,11 @@ gridml_run() {  # the launcher in the background: a trap runs while it does
   done
 }
 trap gridml_warned USR1
+# slurm.setup
+module load cuda/12.2
+source /sw/env/bin/activate
+echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
+rm -f exit_code payload_exit_code
 # the job's own OpenMPI session directory: two mpiruns starting at once on a node
 # race to create the shared one (mkdir /tmp/ompi.<host>.<uid>: File exists)
 export OMPI_MCA_orte_tmpdir_base="${TMPDIR:-/tmp}/gridml-ompi-${SLURM_JOB_ID}"
