@@ -183,7 +183,9 @@ def fit_and_finish(cfg: TrialDoc, plan: threads.ThreadPlan, data: Any, hvd: Any,
             val_x if hook is not None else None, lambda: _val_columns(data, cfg))
     cb = _callbacks(data, hvd, htf, core, figs)
     steps = data.train.steps_per_epoch
-    cb.insert(len(cb) - 1, _preempt_watch(cfg, core, ckpt, model, htf, device, steps, start))
+    if preempt.can_be_warned() or skip:  # (a per-batch callback: only where a warning can come,
+        # or to restore a mid-epoch checkpoint's metric sums)
+        cb.insert(len(cb) - 1, _preempt_watch(cfg, core, ckpt, model, htf, device, steps, start))
     # resumed mid-epoch: that epoch's remaining batches as one fit, then the epochs after it
     parts = ([(train_ds, start, start + 1, steps - skip)] if skip else
              [(train_ds, start, epochs, steps)]) + ([(rest_ds, start + 1, epochs, steps)]

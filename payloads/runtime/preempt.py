@@ -64,6 +64,14 @@ def install() -> Path | None:
     return path
 
 
+def can_be_warned() -> bool:
+    """A warning can reach the ranks: the batch shell forwards one to them (``$GRIDML_SIGNAL_DIR``,
+    set where Slurm is asked for one: ``slurm.signal_grace``). Elsewhere the training loops skip
+    the per-batch agreement (an all-reduce per batch, and Keras' per-batch callback, slowed CPU
+    epochs); every rank sees the same environment, so the collectives stay matched."""
+    return bool(os.environ.get(ENV_DIR))
+
+
 def asked() -> bool:
     """This rank received SIGUSR1."""
     return bool(_asked)
@@ -88,11 +96,12 @@ class Watch:
     def __init__(self, any_rank: Callable[[bool], bool], every: int = 1) -> None:
         self.any_rank, self.every = any_rank, max(1, int(every))
         self.count = 0
+        self.enabled = can_be_warned()
 
     def due(self) -> bool:
         """After a training batch: True when the ranks agreed to stop here (every rank gets the
-        same answer on the same batch)."""
+        same answer on the same batch). Where no warning can come, no collective at all."""
         self.count += 1
-        if self.count % self.every:
+        if not self.enabled or self.count % self.every:
             return False
         return bool(self.any_rank(asked()))

@@ -78,7 +78,10 @@ def test_torch_trial_continues_from_the_signalled_batch(tmp_path: Path, data: tu
     trial = runs["signalled"]
     code_file = trial.parent / "payload_exit_code"
     env = {**env, "SIGNAL_AT": str(steps + 5), "SIGNAL_RANK": "1",
-           "GRIDML_EXIT_FILE": str(code_file)}
+           "GRIDML_EXIT_FILE": str(code_file),
+           # as the batch script exports it where Slurm warns (slurm.signal_grace): without it
+           # no warning can come and the ranks skip the per-batch agreement
+           "GRIDML_SIGNAL_DIR": str(trial.parent / "ranks")}
     first = _torchrun(trial, env)
     out = trial.parent / "outputs"
     assert first.returncode != 0 and code_file.read_text().strip() == "75", first.stderr[-3000:]
