@@ -19,6 +19,7 @@ from gridml.errors import ExecutorError
 from gridml.executors import container
 from gridml.executors.base import TaskRequest, TaskStatus
 from gridml.executors.failures import deterministic
+from gridml.executors.gpus import GpuSlots, visible_gpus
 from gridml.executors.logs import exit_message, tail
 from gridml.planner import local_payload_command
 from payloads.runtime.errors import CONTINUE_CODE
@@ -94,6 +95,19 @@ class LocalExecutor:
     def __init__(self, grace_s: float = 10.0) -> None:
         self.grace_s = grace_s
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._slots: GpuSlots | None = None  # found at the first trial that asks for GPUs
+
+    def _gpus_for(self, req: TaskRequest, run: Path) -> list[str]:
+        """The GPUs this attempt gets (gridml/executors/gpus.py), recorded in ``run/gpus`` so a
+        restarted controller knows they are taken; [] for a CPU trial or a machine without."""
+        if req.gpus <= 0:
+            return []
+        if self._slots is None:
+            self._slots = GpuSlots(visible_gpus())
+        ids = self._slots.take(str(run), req.gpus)
+        if ids:
+            (run / "gpus").write_text(",".join(ids))
+        return ids
 
     def _attempt_dir(self, req: TaskRequest) -> Path:
         return req.workdir / f"attempt-{req.attempt}"
@@ -102,6 +116,10 @@ class LocalExecutor:
         run = self._attempt_dir(req)
         pidfile = run / "pid"
         if pidfile.exists():  # submitted before (controller restart): re-attach
+            if (run / "gpus").exists():
+                if self._slots is None:
+                    self._slots = GpuSlots(visible_gpus())
+                self._slots.hold(str(run), (run / "gpus").read_text().split(","))
             return str(run)
         run.mkdir(parents=True, exist_ok=True)
         # Horovod's 30 s defaults for rank start-up and Gloo rendezvous are too short when
@@ -109,6 +127,9 @@ class LocalExecutor:
         env = {"HOROVOD_START_TIMEOUT": "300", "HOROVOD_GLOO_TIMEOUT_SECONDS": "300",
                **os.environ, **req.env, "GRIDML_TRIAL_DIR": str(req.workdir),
                "GRIDML_EXIT_FILE": str(run / "payload_exit_code")}
+        gpus = self._gpus_for(req, run)
+        if gpus:  # its own GPUs: parallel trials do not all train on GPU 0
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         env["PATH"] = f"{Path(local_payload_command(req)[0]).parent}:{env.get('PATH', '')}"
         command = local_payload_command(req)
         if req.container:  # resources.container: in the image (gridml/executors/container.py)
@@ -127,6 +148,12 @@ class LocalExecutor:
         return str(run)
 
     def poll(self, handle: str) -> TaskStatus:
+        status = self._poll(handle)
+        if self._slots is not None and status.state != "running":
+            self._slots.release(handle)  # its GPUs go to the next trial
+        return status
+
+    def _poll(self, handle: str) -> TaskStatus:
         run = Path(handle)
         child = self._children.get(handle)
         if child is not None:
@@ -151,7 +178,7 @@ class LocalExecutor:
             return TaskStatus("unknown", "not started")
         time.sleep(0.2)  # the wrapper may be writing its exit code right now
         if code_file.exists():
-            return self.poll(handle)
+            return self._poll(handle)
         if _finished_here(run):  # it wrote its final result, then its wrapper was lost
             return TaskStatus("completed", "the payload's process vanished after it wrote "
                               "result.json: its outputs are adopted")
