@@ -11,24 +11,24 @@ Nothing twice: the batch's folder (``runs/<study>/.slurm/array-<time>``) is note
 attempt's journal before ``sbatch`` runs; a controller killed before the job id was written finds
 the array by its name and comment (``gridml-array-<time>``), else submits that batch again.
 Task states come from ``squeue -r`` (one call per array and second), then ``sacct``, then the
-attempt's exit code file, with the same mapping as one job per trial.
+attempt's exit code file, with the same mapping as one job per trial
+(:mod:`gridml.executors.slurm.follow`), its lost-node fast path included: a running task one of
+whose nodes Slurm sees DOWN/NOT_RESPONDING is cancelled and resubmitted at once, no retry used.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from gridml.errors import ExecutorError
 from gridml.executors.base import TaskRequest, TaskStatus
-from gridml.executors.journal import HandleIndex, write_json
-from gridml.executors.logs import last_error_line, tail
+from gridml.executors.journal import write_json
 from gridml.executors.slurm import cli, journal
 from gridml.executors.slurm import render_pack as rp
-from payloads.runtime.errors import CONTINUE_CODE
+from gridml.executors.slurm.follow import Handles, NodeWatch, left_queue, trial_status
 
 log = logging.getLogger("gridml.executors.slurm")
 
@@ -43,41 +43,22 @@ class Held:
     attempt: int
 
 
-def handle_key(req: TaskRequest) -> str:
-    return f"{req.study}.trial-{req.trial_number:04d}.a{req.attempt}"
-
-
 class Arrays:
     """The arrayed trials of one :class:`~gridml.executors.slurm.executor.SlurmExecutor`."""
 
-    def __init__(self, folder: Path | None,
-                 judge: Callable[[cli.JobInfo, Path], TaskStatus]) -> None:
-        self._judge = judge  # a job state -> the trial's (executor.trial_status)
-        self._index = HandleIndex(folder / "array" if folder else None)
+    def __init__(self, folder: Path | None, nodes: NodeWatch | None = None) -> None:
+        self._handles = Handles(PREFIX, folder / "array" if folder else None)
+        self._nodes = nodes or NodeWatch()  # the lost-node fast path, as for one job per trial
         self._held: list[Held] = []
-        self._where: dict[str, tuple[Path, int]] = {}
         self._seen: dict[str, tuple[float, dict[int, cli.JobInfo]]] = {}
         self.sbatch_calls = 0
 
-    def _locate(self, key: str) -> tuple[Path, int]:
-        if key not in self._where:
-            doc = self._index.read(key)
-            if not doc:
-                raise ExecutorError(f"{PREFIX}{key}: not in this executor's journal",
-                                    hint="poll it from the campaign that submitted it")
-            self._where[key] = (Path(doc["workdir"]), int(doc["attempt"]))
-        return self._where[key]
-
     def submit(self, req: TaskRequest, script: str) -> str:
-        key = handle_key(req)
-        self._where[key] = (req.workdir, req.attempt)
-        self._index.write_once(key, {"workdir": str(req.workdir), "attempt": req.attempt})
-        entry = journal.attempt(req.workdir, req.attempt)
-        if entry.get("array_shape") and not entry.get("killed"):
-            self._hold(key, entry)
+        key, known = self._handles.add(req, "array_shape")
+        if known is not None:
+            self._hold(key, known)
             return PREFIX + key
-        run = rp.attempt_dir(req)
-        (run / "job.sh").write_text(script)
+        (rp.attempt_dir(req) / "job.sh").write_text(script)
         journal.update_attempt(req.workdir, req.attempt, array_shape=rp.alloc_shape(req),
                                array_opts=rp.array_own_options(req), study=req.study,
                                throttle=rp.array_throttle(req), killed=None, job_id=None,
@@ -88,7 +69,7 @@ class Arrays:
     def _hold(self, key: str, entry: dict[str, object]) -> None:
         if entry.get("job_id") or any(h.key == key for h in self._held):
             return
-        workdir, attempt = self._locate(key)
+        workdir, attempt = self._handles.locate(key)
         self._held.append(Held(key, workdir, attempt))
 
     def flush(self) -> None:
@@ -140,7 +121,7 @@ class Arrays:
         return tasks
 
     def poll(self, key: str) -> TaskStatus:
-        workdir, attempt = self._locate(key)
+        workdir, attempt = self._handles.locate(key)
         entry = journal.attempt(workdir, attempt)
         killed = bool(entry.get("killed"))
         try:
@@ -161,36 +142,24 @@ class Arrays:
         if info is None:
             info = cli.step_accounting(job_id).get(f"{job_id}_{task}")
         if info is not None:
-            status = self._judge(info, run) if not killed else \
-                TaskStatus("killed", f"Slurm array task {job_id}_{task}: cancelled on request (scancel)")
+            if killed:
+                return TaskStatus("killed", f"Slurm array task {job_id}_{task}: cancelled on "
+                                  "request (scancel)")
+            status = trial_status(info, run)
+            if info.state in ("RUNNING", "COMPLETING"):  # a node lost under it: at once
+                status = self._nodes.judge(status, info, run, f"{job_id}_{task}")
             if entry.get("state") != info.state:
                 journal.update_attempt(workdir, attempt, state=info.state, nodes=info.nodes)
             return status
         if killed:
             return TaskStatus("killed", f"Slurm array task {job_id}_{task}: cancelled on request")
-        try:
-            code: int | None = int((run / "exit_code").read_text().strip())
-        except (OSError, ValueError):
-            code = None
-        log_tail = tail(run / "payload.log")
-        if code == 0:
-            return TaskStatus("completed", f"Slurm array task {job_id}_{task} ended (exit code 0)")
-        if code == CONTINUE_CODE:  # checkpointed on Slurm's warning: continued, no retry used
-            return TaskStatus("failed", f"Slurm array task {job_id}_{task}: the trial checkpointed "
-                              "and left to be continued", log_tail, continuation=True)
-        if code is not None:
-            last = last_error_line(log_tail)
-            return TaskStatus("failed", f"Slurm array task {job_id}_{task}: the payload exited with "
-                              f"code {code}" + (f": {last}" if last else ""), log_tail)
-        return TaskStatus("failed", f"Slurm array task {job_id}_{task} is gone from the queue without "
-                          "an exit code and this site keeps no accounting (sacct)", log_tail)
+        return left_queue(f"Slurm array task {job_id}_{task}", run)
 
     def kill(self, key: str) -> None:
-        try:
-            workdir, attempt = self._locate(key)
-        except ExecutorError as exc:
-            log.error("%s%s: %s", PREFIX, key, exc)
+        found = self._handles.find(key)
+        if found is None:
             return
+        workdir, attempt = found
         self._held = [h for h in self._held if h.key != key]
         entry = journal.attempt(workdir, attempt)
         if entry.get("job_id"):

@@ -19,7 +19,9 @@ followed as the same attempt: no retry used, no second job.
 Job states -> trial states: PENDING -> submitted, RUNNING -> running, COMPLETED -> completed;
 FAILED (the payload's exit code), TIMEOUT (walltime), OUT_OF_MEMORY, DEADLINE -> failed (they use
 ``backend.retries``); NODE_FAIL, BOOT_FAIL, PREEMPTED -> failed with ``infrastructure=True``
-(resubmitted without using a retry); REQUEUED -> submitted (the same job); CANCELLED -> killed.
+(resubmitted without using a retry); REQUEUED -> submitted (the same job); CANCELLED -> killed;
+exit 75 or TIMEOUT after a checkpoint -> continued (no retry used). The rules, and the lost-node
+fast path, live in :mod:`gridml.executors.slurm.follow`, shared with packed steps and arrays.
 
 Shared filesystem: trials read their staged inputs and write ``outputs/`` (with the metrics
 spool ``metrics.jsonl``) under ``$GRIDML_HOME/runs``, which the nodes must see at the same path.
@@ -43,32 +45,21 @@ from typing import Any
 from gridml.errors import ExecutorError
 from gridml.executors.slurm import cli, journal
 from gridml.executors.base import TaskRequest, TaskStatus
-from gridml.executors.failures import deterministic
 from gridml.executors.reach import reachable_api_url
-from gridml.executors.logs import last_error_line, tail
 from gridml.executors.slurm.array import PREFIX as ARRAYED
 from gridml.executors.slurm.array import Arrays
+from gridml.executors.slurm.follow import (OVER, NodeWatch, continuation, left_queue, lost_status,
+                                           trial_status)
 from gridml.executors.slurm.pack import PREFIX as PACKED
 from gridml.executors.slurm.pack import Packer
 from gridml.executors.slurm.render import attempt_dir, job_name, render_script
-from payloads.runtime.errors import CONTINUE_CODE
 from gridml.executors.slurm.render_pack import is_array, pack_slots, step_script
 
-__all__ = ["SlurmExecutor", "job_id_of", "trial_status"]
+__all__ = ["SlurmExecutor", "continuation", "job_id_of", "trial_status"]
 
 log = logging.getLogger("gridml.executors.slurm")
 
-PENDING = ("PENDING", "CONFIGURING", "RESV_DEL_HOLD", "REQUEUE_HOLD")
-RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "SUSPENDED", "STOPPED")
-REQUEUED = ("REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD")
-LOST = {"NODE_FAIL": "a node of the job failed", "BOOT_FAIL": "its nodes failed to boot",
-        "PREEMPTED": "it was preempted"}
-PAYLOAD = {"FAILED": "the payload failed", "TIMEOUT": "it hit its walltime (resources.walltime)",
-           "OUT_OF_MEMORY": "it ran out of memory (raise resources.memory_gb)",
-           "DEADLINE": "it reached its deadline"}
-OVER = ("COMPLETED", "CANCELLED", *LOST, *PAYLOAD)
 CACHE_S = 1.0  # one squeue for every job of this executor per second at most
-NODES_CACHE_S = 2.0  # a running job's node states (scontrol show node) every 2 s at most
 # what a rank's launcher prints when a peer node vanished under it (OpenMPI/ORTE, Horovod, Gloo)
 PEER_LOST = re.compile(r"lost communication with a remote daemon|ORTE daemon has unexpectedly "
                        r"failed|orted.*(died|terminated)|Connection (reset|closed) by peer|"
@@ -80,59 +71,6 @@ def job_id_of(handle: str) -> str:
     if not handle.startswith("slurm:") or not job_id.isdigit():
         raise ExecutorError(f"{handle!r} is not a Slurm job handle (slurm:<job id>)")
     return job_id
-
-
-def _exit_code(run: Path) -> int | None:
-    try:
-        return int((run / "exit_code").read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def continuation(state: str, code: int | None, run: Path) -> str | None:
-    """Why the job's trial is to be continued from its checkpoint in a new job (None: it is
-    not): the payload left with CONTINUE_CODE (it checkpointed on Slurm's warning,
-    slurm.signal_grace), or the job hit its walltime after a checkpoint was written."""
-    if code == CONTINUE_CODE:
-        return "the trial checkpointed on Slurm's warning (slurm.signal_grace) and left to be continued"
-    if state == "TIMEOUT" and (run.parent / "outputs" / "checkpoint" / "state.json").exists():
-        return "it hit its walltime after a checkpoint: continued from there"
-    return None
-
-
-def trial_status(info: cli.JobInfo, run: Path, *, killed: bool = False) -> TaskStatus:
-    """The trial's state for a Slurm job in state ``info.state`` (see the module docstring)."""
-    job, state = info.job_id, info.state
-    where = f" on {info.nodes}" if info.nodes and info.nodes not in ("(null)", "None assigned") else ""
-    head = f"Slurm job {job} {state}{where}"
-    if killed:
-        return TaskStatus("killed", f"{head}: cancelled on request (scancel)")
-    if state in PENDING:
-        return TaskStatus("submitted", head + (f" ({info.reason})" if info.reason not in ("", "None") else ""))
-    if state in RUNNING:
-        return TaskStatus("running", head)
-    if state == "COMPLETED":
-        return TaskStatus("completed", head)
-    log_tail = tail(run / "payload.log")
-    if state in LOST:
-        return TaskStatus("failed", f"{head}: {LOST[state]}, not the payload; resubmitted without "
-                                    "using a retry", log_tail, infrastructure=True)
-    if state in REQUEUED:
-        return TaskStatus("submitted", f"{head}: Slurm requeued it; followed as the same attempt")
-    if state == "CANCELLED":
-        return TaskStatus("killed", f"{head}: cancelled outside gridml (scancel or an "
-                                    "administrator)", log_tail)
-    why = PAYLOAD.get(state, f"Slurm ended it ({state})")
-    code = _exit_code(run)
-    if code is None and info.exit_code.split(":")[0].isdigit():  # (sacct's "75:0")
-        code = int(info.exit_code.split(":")[0]) if state == "FAILED" else None
-    if (go_on := continuation(state, code, run)) is not None:  # no retry used (max_continuations)
-        return TaskStatus("failed", f"{head}: {go_on}", log_tail, continuation=True)
-    if state == "FAILED" and code is not None:
-        why = f"the payload exited with code {code}"
-    last = last_error_line(log_tail) if state == "FAILED" else ""
-    return TaskStatus("failed", f"{head}: {why}" + (f": {last}" if last else ""), log_tail,
-                      deterministic=state == "FAILED" and deterministic(code, log_tail))
 
 
 class SlurmExecutor:
@@ -155,20 +93,20 @@ class SlurmExecutor:
         self._final: dict[str, TaskStatus] = {}
         self._suspect: dict[str, float] = {}  # job id -> when its failure was first seen
         self._node_timeout: float | None = None
-        self._nodes_seen: dict[str, tuple[float, list[str]]] = {}  # node list -> (when, lost)
+        self._nodes = NodeWatch()  # the lost-node fast path, shared with the array tasks
         self._packer: Packer | None = None  # slurm.pack (gridml.executors.slurm.pack)
         self._arrays: Arrays | None = None  # slurm.array (gridml.executors.slurm.array)
 
     @property
     def packer(self) -> Packer:
         if self._packer is None:
-            self._packer = Packer(self._journal)
+            self._packer = Packer(self._journal, self._nodes)
         return self._packer
 
     @property
     def arrays(self) -> Arrays:
         if self._arrays is None:
-            self._arrays = Arrays(self._journal, trial_status)
+            self._arrays = Arrays(self._journal, self._nodes)
         return self._arrays
 
     # -- submit ------------------------------------------------------------------------------
@@ -307,10 +245,7 @@ class SlurmExecutor:
             lost = []
         if lost:
             self._suspect.pop(info.job_id, None)
-            return TaskStatus("failed", f"Slurm job {info.job_id} FAILED on {info.nodes}: node "
-                              f"{', '.join(lost)} was lost under it (Slurm marks it down), not the "
-                              "payload; resubmitted without using a retry", status.log_tail,
-                              infrastructure=True)
+            return lost_status(f"Slurm job {info.job_id} FAILED on {info.nodes}", lost, status.log_tail)
         since = self._suspect.setdefault(info.job_id, time.monotonic())
         wait = 3 * (self._node_timeout or 300.0) + 30
         if time.monotonic() - since < wait:
@@ -321,31 +256,9 @@ class SlurmExecutor:
     def _on_lost_node(self, status: TaskStatus, info: cli.JobInfo, run: Path) -> TaskStatus:
         """A running job one of whose nodes Slurm sees DOWN or NOT_RESPONDING (``scontrol show
         node``): lost now, not after Slurm's NODE_FAIL (SlurmdTimeout) or the surviving ranks'
-        timeouts; the job is cancelled and the trial resubmitted without using a retry. A job
-        COMPLETING (its batch script ended, a step on the lost node cannot be cleaned up) is judged
-        the same unless its payload succeeded (exit code 0)."""
-        if not info.nodes or info.nodes in ("(null)", "None assigned"):
-            return status
-        if info.state == "COMPLETING" and _exit_code(run) == 0:
-            return status
-        when, lost = self._nodes_seen.get(info.nodes, (0.0, []))
-        if time.monotonic() - when > NODES_CACHE_S:
-            try:
-                lost = sorted(n for n, s in cli.node_states(info.nodes).items() if cli.is_lost(s))
-            except ExecutorError as exc:
-                log.warning("slurm:%s: node states unknown: %s", info.job_id, exc)
-                lost = []
-            self._nodes_seen[info.nodes] = (time.monotonic(), lost)
-        if not lost:
-            return status
-        try:
-            cli.cancel(info.job_id)
-        except ExecutorError as exc:
-            log.warning("slurm:%s: not cancelled: %s", info.job_id, exc)
-        return TaskStatus("failed", f"Slurm job {info.job_id} {info.state} on {info.nodes}: node "
-                          f"{', '.join(lost)} was lost under it (Slurm marks it down), not the "
-                          "payload; resubmitted without using a retry", tail(run / "payload.log"),
-                          infrastructure=True)
+        timeouts; the job is cancelled and the trial resubmitted without using a retry
+        (:meth:`gridml.executors.slurm.follow.NodeWatch.judge`, shared with array tasks)."""
+        return self._nodes.judge(status, info, run, info.job_id)
 
     def _gone(self, job_id: str, run: Path, killed: bool) -> TaskStatus:
         """squeue no longer shows the job (MinJobAge passed): sacct, else its exit code file."""
@@ -355,19 +268,7 @@ class SlurmExecutor:
             return self._lost_node_or(status, info) if info.state == "FAILED" and not killed else status
         if killed:
             return TaskStatus("killed", f"Slurm job {job_id}: cancelled on request (scancel)")
-        code = _exit_code(run)
-        if code == 0:
-            return TaskStatus("completed", f"Slurm job {job_id} ended (exit code 0)")
-        log_tail = tail(run / "payload.log")
-        if code is not None and (go_on := continuation("", code, run)) is not None:
-            return TaskStatus("failed", f"Slurm job {job_id}: {go_on}", log_tail, continuation=True)
-        if code is not None:
-            last = last_error_line(log_tail)
-            return TaskStatus("failed", f"Slurm job {job_id}: the payload exited with code {code}"
-                              + (f": {last}" if last else ""), log_tail,
-                              deterministic=deterministic(code, log_tail))
-        return TaskStatus("failed", f"Slurm job {job_id} is gone from the queue without an exit "
-                                    "code and this site keeps no accounting (sacct)", log_tail)
+        return left_queue(f"Slurm job {job_id}", run)
 
     # -- control -----------------------------------------------------------------------------
     def kill(self, handle: str) -> None:

@@ -18,9 +18,13 @@ A restarted controller thus finds queued trials (queued again), running steps (`
 --steps``, adopted) and live allocations (used again) without submitting anything twice.
 
 A step's end: its exit code file (``exit_code`` in the attempt folder, written by ``step.sh``);
-a step gone without one is judged from ``sacct`` (its state by name), and a step whose
-allocation ended (NODE_FAIL, TIMEOUT, PREEMPTED) or whose node Slurm sees lost is lost to the
-infrastructure: resubmitted without using a retry.
+a step gone without one is judged from ``sacct`` (its state by name), with the rules of one job
+per trial (:mod:`gridml.executors.slurm.follow`). Continued from the trial's checkpoint, no retry
+used (``TaskStatus.continuation``, ``backend.max_continuations``): a step that exits 75 (it
+checkpointed on ``srun --signal=USR1@<slurm.signal_grace>``), a step that its own walltime
+(TIMEOUT) or its allocation's (TIMEOUT) ended after a checkpoint. A step whose allocation ended
+otherwise (NODE_FAIL, PREEMPTED, TIMEOUT before any checkpoint) or whose node Slurm sees lost is
+lost to the infrastructure: resubmitted without using a retry.
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ from pathlib import Path
 
 from gridml.errors import ExecutorError
 from gridml.executors.base import TaskRequest, TaskStatus
-from gridml.executors.journal import HandleIndex, read_json
+from gridml.executors.journal import read_json
 from gridml.executors.logs import last_error_line, tail
 from gridml.executors.slurm import cli, journal
 from gridml.executors.slurm import render_pack as rp
-from payloads.runtime.errors import CONTINUE_CODE
+from gridml.executors.slurm.follow import (Handles, NodeWatch, continuation, ended, exit_code,
+                                           lost_status, trial_status)
 
 log = logging.getLogger("gridml.executors.slurm")
 
@@ -76,22 +81,32 @@ class Queued:
     since: float
 
 
-def handle_key(req: TaskRequest) -> str:
-    return f"{req.study}.trial-{req.trial_number:04d}.a{req.attempt}"
+def allocation_ended(head: str, state: str, run: Path) -> TaskStatus:
+    """A step whose allocation ended ``state`` (one of :data:`LOST_ALLOC`) under it: not the
+    payload's doing, so no retry used. After a checkpoint, an allocation's TIMEOUT continues the
+    trial from there (``TaskStatus.continuation``, counted against backend.max_continuations),
+    as a trial's own TIMEOUT does; else the trial is resubmitted as lost to the infrastructure
+    (its next attempt still resumes from a checkpoint, if one is written by then)."""
+    log_tail = tail(run / "payload.log")
+    if continuation(state, None, run) is not None:
+        return TaskStatus("failed", f"{head}: {LOST_ALLOC[state]} after the trial checkpointed: "
+                          "continued from there in a new step", log_tail, continuation=True)
+    return TaskStatus("failed", f"{head}: {LOST_ALLOC[state]}, not the payload; resubmitted "
+                      "without using a retry", log_tail, infrastructure=True)
 
 
 class Packer:
     """The packed trials of one :class:`~gridml.executors.slurm.executor.SlurmExecutor`."""
 
-    def __init__(self, folder: Path | None) -> None:
-        self._index = HandleIndex(folder / "pack" if folder else None)
+    def __init__(self, folder: Path | None, nodes: NodeWatch | None = None) -> None:
+        self._handles = Handles(PREFIX, folder / "pack" if folder else None)
+        self._nodes = nodes or NodeWatch()
         self._folder = folder
         self._allocs: dict[str, Allocation] = {}
         self._queue: list[Queued] = []
         self._started: dict[str, str] = {}  # handle key -> allocation of its running step
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._reap: list[subprocess.Popen[bytes]] = []
-        self._where: dict[str, tuple[Path, int]] = {}
         self._seen_at = 0.0
         self.sbatch_calls = 0
         self.srun_calls = 0
@@ -118,27 +133,14 @@ class Packer:
                    {"job_id": alloc.job_id, "shape": alloc.shape, "folder": str(alloc.folder),
                     "slots": alloc.slots, **extra}, indent=None)
 
-    def _locate(self, key: str) -> tuple[Path, int]:
-        if key not in self._where:
-            doc = self._index.read(key)
-            if not doc:
-                raise ExecutorError(f"{PREFIX}{key}: not in this executor's journal",
-                                    hint="poll it from the campaign that submitted it")
-            self._where[key] = (Path(doc["workdir"]), int(doc["attempt"]))
-        return self._where[key]
-
     # -- submit ----------------------------------------------------------------------------------
     def submit(self, req: TaskRequest, step_text: str) -> str:
         """Queue the attempt for a slot (idempotent: a queued or started attempt is found)."""
-        key = handle_key(req)
-        self._where[key] = (req.workdir, req.attempt)
-        self._index.write_once(key, {"workdir": str(req.workdir), "attempt": req.attempt})
-        entry = journal.attempt(req.workdir, req.attempt)
-        if entry.get("pack") and not entry.get("killed"):
-            self._requeue(key, entry)
+        key, known = self._handles.add(req, "pack")
+        if known is not None:
+            self._requeue(key, known)
             return PREFIX + key
-        run = rp.attempt_dir(req)
-        (run / "step.sh").write_text(step_text)
+        (rp.attempt_dir(req) / "step.sh").write_text(step_text)
         folder = rp.alloc_folder(req)
         folder.mkdir(parents=True, exist_ok=True)
         script = folder / "alloc.sh"
@@ -156,7 +158,7 @@ class Packer:
     def _requeue(self, key: str, entry: dict[str, object]) -> None:
         if entry.get("alloc") or any(q.key == key for q in self._queue):
             return
-        workdir, attempt = self._locate(key)
+        workdir, attempt = self._handles.locate(key)
         self._queue.append(Queued(key, workdir, attempt, str(entry["pack"]),
                                   int(entry.get("walltime_s") or 0),  # type: ignore[call-overload]
                                   float(entry.get("queued_at") or time.time())))  # type: ignore[arg-type]
@@ -281,7 +283,7 @@ class Packer:
 
     # -- follow ----------------------------------------------------------------------------------
     def poll(self, key: str) -> TaskStatus:
-        workdir, attempt = self._locate(key)
+        workdir, attempt = self._handles.locate(key)
         entry = journal.attempt(workdir, attempt)
         if entry.get("killed"):
             return TaskStatus("killed", f"{PREFIX}{key}: cancelled on request")
@@ -314,28 +316,14 @@ class Packer:
         name = str(entry.get("step"))
         a = self._allocs.get(alloc_id)
         head = f"step {name} of allocation {alloc_id}"
-        try:
-            code: int | None = int((run / "exit_code").read_text().strip())
-        except (OSError, ValueError):
-            code = None
-        log_tail = tail(run / "payload.log")
-        if code == 0:
-            return TaskStatus("completed", f"{head}: exit code 0")
-        if code == CONTINUE_CODE:  # checkpointed on Slurm's warning: continued, no retry used
-            return TaskStatus("failed", f"{head}: the trial checkpointed on Slurm's warning "
-                              "(slurm.signal_grace) and left to be continued", log_tail,
-                              continuation=True)
-        if code is not None:
-            last = last_error_line(log_tail)
-            return TaskStatus("failed", f"{head}: the payload exited with code {code}"
-                              + (f": {last}" if last else ""), log_tail)
+        status = ended(head, exit_code(run), run)  # 0, 75 (continued) or the payload's code
+        if status is not None:
+            return status
         if a is not None and not a.gone and name in a.steps:
-            lost = self._lost_nodes(a)
+            lost = self._nodes.lost(a.nodes, f"allocation {alloc_id}")
             if lost:
                 self._cancel_step(alloc_id, a.steps[name])
-                return TaskStatus("failed", f"{head}: node {', '.join(lost)} was lost under it "
-                                  "(Slurm marks it down), not the payload; resubmitted without "
-                                  "using a retry", log_tail, infrastructure=True)
+                return lost_status(head, lost, tail(run / "payload.log"))
             return TaskStatus("running", f"{head} running on {a.nodes}")
         proc = self._procs.get(key)
         started = float(entry.get("started_at") or 0)  # type: ignore[arg-type]
@@ -343,28 +331,19 @@ class Packer:
             if a is None or not a.gone:
                 return TaskStatus("running", f"{head}: starting (srun)")
         if a is not None and a.gone and a.state in LOST_ALLOC:
-            return TaskStatus("failed", f"{head}: {LOST_ALLOC[a.state]}, not the payload; "
-                              "resubmitted without using a retry", log_tail, infrastructure=True)
+            return allocation_ended(head, a.state, run)
         info = cli.step_accounting(alloc_id).get(name)
-        if info is not None:
-            if info.state in ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED"):
-                return TaskStatus("failed", f"{head} {info.state}: lost to the infrastructure, "
-                                  "not the payload; resubmitted without using a retry", log_tail,
-                                  infrastructure=True)
-            if info.state == "CANCELLED":
-                return TaskStatus("killed", f"{head} CANCELLED outside gridml", log_tail)
-            if info.state not in ("RUNNING", "PENDING"):
-                return TaskStatus("failed", f"{head} {info.state} (exit {info.exit_code})", log_tail)
+        if info is not None and info.state == "CANCELLED":
+            # the allocation's end (walltime, preemption) cancels its steps: say why it ended
+            over = cli.accounting(alloc_id)
+            if over is not None and over.state in LOST_ALLOC:
+                return allocation_ended(head, over.state, run)
+        if info is not None and info.state not in ("RUNNING", "PENDING"):
+            return trial_status(info, run)  # the step's own TIMEOUT after a checkpoint: continued
         srun = tail(run / "srun.log")
         last = last_error_line(srun) or (srun.strip().splitlines() or [""])[-1]
         return TaskStatus("failed", f"{head} ended without an exit code" + (f": {last}" if last else ""),
-                          log_tail or srun)
-
-    def _lost_nodes(self, a: Allocation) -> list[str]:
-        try:
-            return sorted(n for n, s in cli.node_states(a.nodes).items() if cli.is_lost(s))
-        except ExecutorError:
-            return []
+                          tail(run / "payload.log") or srun)
 
     def _cancel_step(self, alloc_id: str, step_id: str) -> None:
         try:
@@ -374,11 +353,10 @@ class Packer:
 
     # -- control ---------------------------------------------------------------------------------
     def kill(self, key: str) -> None:
-        try:
-            workdir, attempt = self._locate(key)
-        except ExecutorError as exc:
-            log.error("%s%s: %s", PREFIX, key, exc)
+        found = self._handles.find(key)
+        if found is None:
             return
+        workdir, attempt = found
         entry = journal.attempt(workdir, attempt)
         self._queue = [q for q in self._queue if q.key != key]
         alloc_id = entry.get("alloc")
