@@ -3,9 +3,11 @@
 * ``slurm.pack: 2``: 4 one-core trials run as job steps of shared allocations (sbatch once per 2
   trials at most); the controller dies while two steps run and a new one adopts them (no step
   twice, no retry used), then starts the queued trials in the freed slots; allocations end.
+* A packed step warned (USR1, as ``srun --signal`` sends it) checkpoints, exits 75 and is
+  continued as a new step (no retry used).
 * ``slurm.array: true`` + ``array_throttle: 2``: a cycle's 3 trials as one job array (one sbatch).
-* A running two-node job whose node is lost (slurmd killed): judged lost from Slurm's node state
-  (NOT_RESPONDING) before Slurm's own NODE_FAIL, the job cancelled, no retry used.
+* A running two-node job and an array task whose node is lost (slurmd killed): judged lost from
+  Slurm's node state (NOT_RESPONDING) before Slurm's own NODE_FAIL, cancelled, no retry used.
 
 The trials run the benchmark's trivial payload (``payload_override``): seconds per trial.
 """
@@ -13,6 +15,7 @@ The trials run the benchmark's trivial payload (``payload_override``): seconds p
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -157,6 +160,41 @@ def test_packed_trials_run_as_job_steps_and_survive_a_controller_restart(
           f"{time.monotonic() - t0:.1f} s with a controller restart")
 
 
+# a payload that checkpoints on USR1 (advertised to step.sh's trap as a rank does) and leaves
+# with 75; its continuation finds the checkpoint and ends the trial
+CHECKPOINTING = (
+    "if [ -e ../outputs/checkpoint/state.json ]; then "
+    f"echo '{json.dumps(EPOCH)}' > ../outputs/metrics.jsonl; exit 0; fi; "
+    "trap 'mkdir -p ../outputs/checkpoint && echo {} > ../outputs/checkpoint/state.json; "
+    "echo 75 > payload_exit_code; exit 75' USR1; "
+    'echo > "$GRIDML_SIGNAL_DIR/$SLURMD_NODENAME.$$"; while :; do sleep 0.2; done')
+
+
+def test_a_warned_packed_step_continues_in_a_new_step(runs: Any, slurm_env: SlurmCluster) -> None:
+    """USR1 to a running step (what ``srun --signal=USR1@<grace>`` sends before its end): step.sh's
+    trap tells the 'rank', which checkpoints and exits 75; the trial is continued as a new step
+    (no retry used: ``retries: 0``), which finds the checkpoint."""
+    t0 = time.monotonic()
+    r = runs(", pack: 2, pack_walltime: 20m", 1, 1, ["gridml_run", "bash", "-c", CHECKPOINTING])
+    run1 = r.runs / r.name / "trial-0000" / "attempt-1"
+    r.until(lambda: r.started() == [0] and list((run1 / "ranks").glob("*.*")), 90,
+            "the step's payload up")
+    alloc = str(r.entry(0)["alloc"])
+    step = cli.steps([alloc])[alloc][str(r.entry(0)["step"])]
+    signalled = time.time()
+    subprocess.run(["scancel", "--signal=USR1", f"{alloc}.{step}"], check=True, timeout=60)
+    r.finish()
+    [t] = r.trials()
+    assert t.state == "completed" and t.attempts == 2, (t.state, t.attempts, t.error)
+    assert (r.runs / r.name / "trial-0000" / "continued").read_text() == "1"
+    assert (run1 / "exit_code").read_text().strip() == "75" and (run1 / "signalled_at").exists()
+    second = r.entry(0, 2)
+    assert second.get("alloc") and second.get("step", "").endswith(".a2"), second
+    print(f"\n[slurm] packed continuation: USR1 -> continued step started "
+          f"{float(second['started_at']) - signalled:.1f} s later, "
+          f"allocations {alloc} -> {second['alloc']}, {time.monotonic() - t0:.1f} s in all")
+
+
 def test_a_cycles_trials_go_as_one_job_array(runs: Any, slurm_env: SlurmCluster) -> None:
     r = runs(", array: true, array_throttle: 2", 3, 3, payload(1))
     r.finish()
@@ -174,13 +212,17 @@ def test_a_cycles_trials_go_as_one_job_array(runs: Any, slurm_env: SlurmCluster)
 
 
 def test_a_lost_node_is_judged_from_slurms_node_state(runs: Any, slurm_env: SlurmCluster) -> None:
-    """slurmd of n2 killed under a running two-node job: the trial is failed as lost to the
-    infrastructure once Slurm marks n2 NOT_RESPONDING, before the job's NODE_FAIL."""
+    """slurmd of n2 killed under a running two-node job and a running array task pinned on n2:
+    each trial is failed as lost to the infrastructure once Slurm marks n2 NOT_RESPONDING,
+    before the job's (the task's) NODE_FAIL; the array task through the same path."""
     r = runs("", 1, 1, payload(120), resources="{nodes: 2, cores: 1, memory_gb: 0.1, walltime: 5m}",
              training="{epochs: 1, batch_size: 8, workers: 2, horovod: mpi}")
+    arr = runs(", array: true, options: {nodelist: n2}", 1, 1, payload(120))
     r.until(lambda: r.trials()[0].external_id, 60, "the trial submitted")
-    handle = r.trials()[0].external_id
-    wait_for(lambda: r.executor.poll(handle).state == "running", 90, "the job running", interval=0.5)
+    arr.until(lambda: arr.trials()[0].external_id, 60, "the array's trial submitted")
+    handle, task = r.trials()[0].external_id, arr.trials()[0].external_id
+    wait_for(lambda: r.executor.poll(handle).state == "running" and arr.executor.poll(task).state
+             == "running", 90, "the job and the array task running", interval=0.5)
     job = handle.rsplit(":", 1)[-1]
     try:
         t_kill = time.monotonic()
@@ -192,15 +234,21 @@ def test_a_lost_node_is_judged_from_slurms_node_state(runs: Any, slurm_env: Slur
         assert "n2 was lost" in status.message, status.message
         info = cli.queue([job]).get(job) or cli.accounting(job)
         assert info is not None and info.state != "NODE_FAIL", info  # before Slurm's verdict
+        lost = wait_for(lambda: (s := arr.executor.poll(task)).state != "running" and s, 60,
+                        "the array task judged lost", interval=0.5)
+        assert lost.state == "failed" and lost.infrastructure and "n2 was lost" in lost.message, lost
+        array_judged = time.monotonic() - t_kill
         r.until(lambda: any(t.state in ("submitted", "running") and t.external_id != handle
                             for t in r.trials()), 60, "the trial resubmitted")
         resubmitted = time.monotonic() - t_kill
     finally:
         slurm_env.node_start("n2")
-        for t in r.trials():
-            if t.external_id:
-                r.executor.kill(t.external_id)
+        for run in (r, arr):
+            for t in run.trials():
+                if t.external_id:
+                    run.executor.kill(t.external_id)
     wait_for(lambda: all(not cli.is_lost(s) for s in cli.node_states("n1,n2").values()), 90,
              "n2 back in service", interval=0.5)
-    print(f"\n[slurm] lost node: judged lost {judged:.1f} s after slurmd was killed, trial "
+    print(f"\n[slurm] lost node: judged lost {judged:.1f} s (array task {array_judged:.1f} s) "
+          f"after slurmd was killed, trial "
           f"resubmitted after {resubmitted:.1f} s (SlurmdTimeout 10 s; NODE_FAIL came at ~27 s)")
