@@ -51,8 +51,9 @@ echo "[test] ruff, mypy, import-linter" >&2
 ruff check gridml payloads tests benchmarks scripts examples
 mypy
 lint-imports --no-cache
-# Two workers (pytest-xdist; GRIDML_TEST_WORKERS=0 runs in one process), each from a contiguous half
-# of the suite's order, stealing from the other when idle (tests/suite_rules.py).
+# Two workers (pytest-xdist; GRIDML_TEST_WORKERS=0 runs in one process), a whole test module at a
+# time (its fixtures built once), in the suite's folder order, the longest module of a folder first
+# (tests/xdist_modules.py, hooked in by tests/conftest.py for --dist loadfile).
 workers="${GRIDML_TEST_WORKERS:-2}"
-parallel=(); [ "$workers" != 0 ] && parallel=(-n "$workers" --dist worksteal)
+parallel=(); [ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
 python -m pytest -p no:cacheprovider --timeout=1200 --durations=40 "${parallel[@]}" "${@:-tests}"

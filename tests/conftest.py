@@ -13,6 +13,7 @@ import pytest
 
 from tests.suite_rules import (pytest_collection_modifyitems, pytest_make_collect_report,  # noqa: F401
                                pytest_runtest_makereport)
+from tests import xdist_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +57,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # per remote campaign: tests/integration/test_build_check.py tests it (setting it to 1); the
     # many other submits of the suite skip it
     os.environ.setdefault("GRIDML_BUILD_CHECK", "0")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` (scripts/test.sh): a module is one unit, never split between the
+    workers, the longest of a folder first (tests/xdist_modules.py); other modes: xdist's own."""
+    if config.getvalue("dist") == "loadfile":
+        return xdist_modules.make_scheduler(config, log)
+    return None
 
 
 # Set for the whole session by the session fixture that starts PostgreSQL (tests/pg.py), which a
