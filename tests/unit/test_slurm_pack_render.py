@@ -82,6 +82,9 @@ def test_an_array_runs_line_i_plus_one_of_its_task_list(tmp_path: Path) -> None:
     assert opts[:5] == ["--job-name=gridml.fields.array", "--comment=gridml-array-x",
                         f"--chdir={folder}", f"--output={folder}/task-%a.log", "--array=0-4%2"]
     assert "--ntasks=1" in opts and not any(o.startswith("--comment=gridml-attempt") for o in opts)
+    assert "--signal=B:USR1@120" in opts  # the warning, to job.sh's trap (exec'd)
+    quiet = slurm_request(tmp_path, site={"array": True, "signal_grace": 0})
+    assert not any(o.startswith("--signal") for o in rp.array_own_options(quiet))
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
     # run it: task 1 enters the folder on line 2 and runs its job.sh there
     runs = [tmp_path / f"t{i}" for i in range(2)]

@@ -20,8 +20,9 @@ controller that died); the controller releases (``scancel``) an allocation it ha
 
 ``slurm.array: true`` (:mod:`gridml.executors.slurm.array`): the trials a controller cycle
 submits go as one job array: ``sbatch --array=0-<n-1>[%<array_throttle>] array.sh``; task ``i``
-reads line ``i+1`` of the batch's ``tasks.txt`` (an attempt folder) and runs that attempt's
-``job.sh`` there, its output appended to the attempt's ``payload.log``.
+reads line ``i+1`` of the batch's ``tasks.txt`` (an attempt folder) and runs (``exec``) that
+attempt's ``job.sh`` there, its output appended to the attempt's ``payload.log``; the array asks
+for the trial's warning (``--signal=B:USR1@<slurm.signal_grace>``), which job.sh's trap forwards.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 from gridml import fields
 from gridml.executors.base import TaskRequest
 from gridml.executors.slurm.render import (attempt_dir, job_name, sbatch_options, signal_grace_s,
-                                           slurm_time)
+                                           signal_option, slurm_time)
 from gridml.executors.slurm.render import render_for_request as one_job
 from gridml.specmodel.model import parse_walltime
 
@@ -170,9 +171,12 @@ def array_range(n: int, throttle: int | None) -> str:
 
 
 def array_own_options(req: TaskRequest) -> list[str]:
-    """A trial's ``#SBATCH`` options that every task of its array shares (its resources, site)."""
-    return [o for o in sbatch_options(req)
-            if not o.startswith(("--job-name=", "--comment=", "--chdir=", "--output=", "--open-mode="))]
+    """A trial's ``#SBATCH`` options that every task of its array shares (its resources, site),
+    and Slurm's warning (``--signal=B:USR1@<slurm.signal_grace>``): ``array.sh`` ``exec``s the
+    task's ``job.sh``, so the warning reaches that script's trap, which tells the ranks."""
+    own = [o for o in sbatch_options(req)
+           if not o.startswith(("--job-name=", "--comment=", "--chdir=", "--output=", "--open-mode="))]
+    return own + ([warn] if (warn := signal_option(req)) else [])
 
 
 def array_options(study: str, own: list[str], folder: Path, n: int, throttle: int | None) -> list[str]:
