@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gridml.errors import ExecutorError
+from gridml.executors.base import TaskStatus
 from gridml.executors.slurm import journal
 from gridml.executors.slurm.cli import JobInfo
 from gridml.executors.slurm.follow import Handles, left_queue, trial_status
@@ -100,3 +101,8 @@ def test_grouped_handles_are_found_again_after_a_restart(tmp_path: Path) -> None
     with pytest.raises(ExecutorError, match="slurm-pack:other: not in this executor's journal"):
         again.locate("other")
     assert again.find("other") is None
+    # a verdict "lost" stands: the work was cancelled on it, its later CANCELLED is not news
+    assert again.settle(key, TaskStatus("failed", "x")).state == "failed" and again.lost(key) is None
+    lost = TaskStatus("failed", "node n2 was lost under it", infrastructure=True)
+    again.settle(key, lost)
+    assert again.lost(key) is lost

@@ -122,6 +122,8 @@ class Arrays:
 
     def poll(self, key: str) -> TaskStatus:
         workdir, attempt = self._handles.locate(key)
+        if (lost := self._handles.lost(key)) is not None:
+            return lost
         entry = journal.attempt(workdir, attempt)
         killed = bool(entry.get("killed"))
         try:
@@ -147,7 +149,8 @@ class Arrays:
                                   "request (scancel)")
             status = trial_status(info, run)
             if info.state in ("RUNNING", "COMPLETING"):  # a node lost under it: at once
-                status = self._nodes.judge(status, info, run, f"{job_id}_{task}")
+                status = self._handles.settle(key, self._nodes.judge(status, info, run,
+                                                                     f"{job_id}_{task}"))
             if entry.get("state") != info.state:
                 journal.update_attempt(workdir, attempt, state=info.state, nodes=info.nodes)
             return status

@@ -189,6 +189,7 @@ class Handles:
         self.prefix = prefix
         self._index = HandleIndex(folder)
         self._where: dict[str, tuple[Path, int]] = {}
+        self._lost: dict[str, TaskStatus] = {}  # key -> the verdict "lost to the infrastructure"
 
     def add(self, req: TaskRequest, mark: str) -> tuple[str, dict[str, Any] | None]:
         """The attempt's handle key, noted; with the attempt's journal entry when a submit
@@ -208,6 +209,16 @@ class Handles:
                                     hint="poll it from the campaign that submitted it")
             self._where[key] = (Path(doc["workdir"]), int(doc["attempt"]))
         return self._where[key]
+
+    def lost(self, key: str) -> TaskStatus | None:
+        """The verdict once given that the handle's work was lost to the infrastructure: the
+        work was cancelled on it, so what Slurm says of it later (CANCELLED) must not replace it."""
+        return self._lost.get(key)
+
+    def settle(self, key: str, status: TaskStatus) -> TaskStatus:
+        if status.infrastructure:
+            self._lost[key] = status
+        return status
 
     def find(self, key: str) -> tuple[Path, int] | None:
         """:meth:`locate`, or None with the reason logged (kill: never raises)."""

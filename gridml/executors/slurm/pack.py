@@ -287,6 +287,8 @@ class Packer:
         entry = journal.attempt(workdir, attempt)
         if entry.get("killed"):
             return TaskStatus("killed", f"{PREFIX}{key}: cancelled on request")
+        if (lost := self._handles.lost(key)) is not None:
+            return lost
         try:
             if not entry.get("alloc"):
                 self._requeue(key, entry)
@@ -303,7 +305,8 @@ class Packer:
                               f"({', '.join(pending) or 'none yet'})")
         alloc_id = str(alloc_id)
         self._started.setdefault(key, alloc_id)  # a restarted controller adopts the step
-        status = self._step_status(key, entry, workdir / f"attempt-{attempt}", alloc_id)
+        status = self._handles.settle(key, self._step_status(key, entry, workdir / f"attempt-{attempt}",
+                                                             alloc_id))
         if status.state in ("completed", "failed", "killed"):
             self._started.pop(key, None)
             proc = self._procs.pop(key, None)
