@@ -97,6 +97,9 @@ def check_same_campaign(study: Study, loaded: LoadedSpec) -> None:
                         f"spec; give this campaign a new name, or `gridml resume {study.name}`")
 
 
+DEFAULT_POLL_S = 2.0  # a campaign's cycle when its executor names none
+
+
 @dataclass
 class Campaign:
     """``executor``: runs each trial the searcher proposes; ``driver`` instead: a study driver
@@ -108,7 +111,9 @@ class Campaign:
     data: DataManager
     runs_dir: Path
     api_url: str | None = None
-    poll_s: float = 2.0
+    # seconds between cycles; None: the executor's ``poll_s`` (the local one: 0.5 s, a cycle
+    # reads a few files), else DEFAULT_POLL_S (a cycle asks a batch system or a grid service)
+    poll_s: float | None = None
     on_cycle: Callable[[Study, list[Trial]], None] | None = None
     driver: StudyDriver | None = None
     study: Study = field(init=False)
@@ -124,6 +129,8 @@ class Campaign:
         if (self.executor is None) == (self.driver is None):
             raise UsageError("a campaign runs its trials with an executor or a study driver "
                              "(one of the two)")
+        if self.poll_s is None:
+            self.poll_s = float(getattr(self.executor, "poll_s", DEFAULT_POLL_S))
         self.study = ensure_study(self.store, self.loaded)
         self.spec = self.loaded.spec
         self.paths: StudyPaths = RunsLayout(self.runs_dir).study(self.study.name)
@@ -144,7 +151,7 @@ class Campaign:
             self.store.set_study_state(self.study.id, "running")
         try:
             while not self.step():
-                time.sleep(self.poll_s)
+                time.sleep(self.poll_s or 0.0)
         except KeyboardInterrupt:
             self.interrupt()
             raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -38,7 +39,7 @@ def run_payload(argv: list[str], *, usage: str, rank: int, framework: str,
                                  f"(run payloads.train_{cfg.training.framework})", code=2)
         plan = threads.plan_threads(cfg.cores, threads.local_ranks())
         threads.apply_env(plan)  # OMP/MKL/TF pools before the framework is imported anywhere
-        return start(cfg, plan)
+        code = start(cfg, plan)
     except PayloadFailure as e:
         print(f"gridml payload error: {e}", file=sys.stderr, flush=True)
         return e.code
@@ -50,3 +51,21 @@ def run_payload(argv: list[str], *, usage: str, rank: int, framework: str,
         reason = " ".join(str(e).split())[:400]
         print(f"gridml payload error: {type(e).__name__}: {reason}", file=sys.stderr, flush=True)
         return 1
+    if code == 0 and framework == "torch" and "TORCHELASTIC_RUN_ID" in os.environ:
+        exit_now(code)
+    return code
+
+
+def exit_now(code: int) -> None:
+    """End a torchrun rank that finished (its outputs written, its process group destroyed)
+    without the interpreter's teardown: freeing torch's modules and memory, and torch's own exit
+    hooks, took 2-3 s of every trial after result.json on a CPU node. Logs and stdio are flushed
+    first; a failing rank never comes here (its code goes to $GRIDML_EXIT_FILE on the way out)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+

@@ -164,3 +164,16 @@ def test_silence_is_judged_only_on_evidence(world: dict) -> None:
         os.utime(p, (long_ago.timestamp(), long_ago.timestamp()))
     assert c._silent(t) is False  # training over: it is saving its model / draining its posts
     assert store.get_trial(t.id).epochs_done == 2  # and its spool was adopted
+
+
+def test_the_cycle_is_the_executors_own_else_two_seconds(world: dict) -> None:
+    """A local campaign cycles every 0.5 s (a finished trial's slot refilled at once); an executor
+    naming no interval gets 2 s; an interval given by hand wins."""
+    from gridml.controller import DEFAULT_POLL_S
+    from gridml.executors.local import LocalExecutor
+
+    args = (world["loaded"], world["store"])
+    rest = (world["data"], world["tmp"] / "runs")
+    assert Campaign(*args, LocalExecutor(), *rest).poll_s == LocalExecutor.poll_s == 0.5
+    assert Campaign(*args, DryRunExecutor(), *rest).poll_s == DEFAULT_POLL_S == 2.0
+    assert Campaign(*args, LocalExecutor(), *rest, poll_s=3.0).poll_s == 3.0
