@@ -78,6 +78,22 @@ def test_auc_from_histograms_matches_the_exact_auc() -> None:
     assert twice["auc"] == pytest.approx(got["auc"]) and twice["loss"] == pytest.approx(got["loss"])
 
 
+def test_the_gpu_score_histograms_equal_the_per_class_bincounts() -> None:
+    """The sync-free path (one index_add_, used on a GPU) adds exactly what the per-class
+    bincounts add; run here on CPU tensors, the same operations."""
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, torch_model.AUC_BINS, (3000,), generator=g)
+    truth = torch.rand(3000, generator=g) < 0.3
+    w = torch.rand(3000, generator=g, dtype=torch.float64) * 3
+    a, b = (torch.zeros(2, torch_model.AUC_BINS, dtype=torch.float64) for _ in range(2))
+    for lo in range(0, 3000, 256):
+        sl = slice(lo, lo + 256)
+        torch_model.score_histograms(a, idx[sl], truth[sl], w[sl], sync_free=True)
+        torch_model.score_histograms(b, idx[sl], truth[sl], w[sl], sync_free=False)
+    torch.testing.assert_close(a, b)
+    assert a[0].sum().item() == pytest.approx(w[truth].sum().item())
+
+
 def test_losses_mean_what_they_mean_for_keras() -> None:
     out = torch.tensor([[2.0], [-1.0], [0.5]])
     y = torch.tensor([1.0, 0.0, 0.0])
