@@ -53,6 +53,19 @@ class DirectRows:
             a = z
 
 
+    def spans(self, a: int, b: int) -> list[tuple[int, int]]:
+        """The (byte offset, byte count) runs in the file that rows ``[a, b)`` occupy (one per
+        chunk touched): what :meth:`read` reads, for the read-ahead's page-cache hints."""
+        out, c, rb = [], self.chunk_rows, self.row_bytes
+        a, b = max(0, a), min(b, self.rows)
+        while a < b:
+            k, lo = divmod(a, c)
+            z = min(b, (k + 1) * c)
+            out.append((int(self.offsets[k]) + lo * rb, (z - a) * rb))
+            a = z
+        return out
+
+
 def open_direct(path: str, dset: Any, fd: int, verify: bool = True) -> DirectRows | None:
     """A :class:`DirectRows` for ``dset`` (an h5py Dataset of the file at ``path``, opened as
     ``fd``), or None where only HDF5 can read it correctly. ``verify``: HDF5 reads the first

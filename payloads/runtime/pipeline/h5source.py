@@ -203,12 +203,17 @@ class _Open:
 class OpenFiles:
     """At most ``capacity`` files open, least recently used closed first; thread-safe.
     ``with files.use(path) as f``: ``f`` stays open inside the block (pinned); ``hdf5=False``:
-    a descriptor is enough (direct reads), HDF5 is opened only if asked for."""
+    a descriptor is enough (direct reads), HDF5 is opened only if asked for. A new file is
+    opened outside the lock (room for it is reserved first, so the bound holds): another
+    thread's open (the read-ahead's, readahead.py) never stalls a reader of a file already
+    open, and on a filesystem where an open is a round trip (Lustre, GPFS, NFS) several
+    threads' opens overlap."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, int(capacity))
         self._d: OrderedDict[str, _Open] = OrderedDict()
         self._lock = threading.RLock()
+        self._opening = 0  # opens in progress outside the lock (their room is reserved)
         self.opens = self.evictions = self.peak = 0
 
     def __len__(self) -> int:
@@ -218,27 +223,45 @@ class OpenFiles:
     def use(self, path: str, hdf5: bool = True) -> Iterator[_Open]:
         with self._lock:
             e = self._d.get(path)
-            if e is None:
-                self._shrink(self.capacity - 1)
-                e = self._retry(path, lambda: _Open(path, hdf5))
-                self._d[path] = e
-                self.opens += 1
-                self.peak = max(self.peak, len(self._d))
-            else:
+            if e is not None:
                 self._d.move_to_end(path)
-                if hdf5 and e.fid is None:
-                    e.pins += 1  # not closed by the retry's shrinking
-                    try:
-                        self._retry(path, e.hdf5)
-                    finally:
-                        e.pins -= 1
-            e.pins += 1
+                e.pins += 1  # not closed by anyone's shrinking while in use
+            else:
+                self._opening += 1
+                self._shrink(self.capacity - self._opening)
+        if e is None:
+            e = self._open_new(path, hdf5)
         try:
+            if hdf5 and e.fid is None:
+                with self._lock:
+                    self._retry(path, e.hdf5)
             yield e
         finally:
             with self._lock:
                 e.pins -= 1
-                self._shrink(self.capacity)
+                self._shrink(self.capacity - self._opening)
+
+    def _open_new(self, path: str, hdf5: bool) -> _Open:
+        """Open ``path`` (its room reserved by ``use``) and enter it, pinned; a file another
+        thread opened meanwhile is used instead (the new descriptor closed)."""
+        try:
+            new = self._retry(path, lambda: _Open(path, hdf5))
+        except BaseException:
+            with self._lock:
+                self._opening -= 1
+            raise
+        with self._lock:  # the reserved room becomes the entry at once (no one else takes it)
+            self._opening -= 1
+            e = self._d.get(path)
+            if e is None:
+                e = self._d[path] = new
+                self.opens += 1
+                self.peak = max(self.peak, len(self._d) + self._opening)
+            else:
+                new.close()
+                self._d.move_to_end(path)
+            e.pins += 1
+        return e
 
     def _shrink(self, keep: int) -> bool:
         """Close unpinned files, least recently used first, until at most ``keep`` are open;
@@ -265,11 +288,62 @@ class OpenFiles:
                         raise InputDataError(path, "no such file (was it staged in?)") from None
                     raise InputDataError(path, f"not a readable HDF5 file ({_reason(err)})") from None
                 # the framework holds more descriptors than foreseen: fewer input files open
-                if not self._shrink(len(self._d) // 2):
-                    raise DescriptorLimitError(path, len(self._d)) from None
-                self.capacity = max(1, len(self._d) + 1)
-                log.warning("open files: out of descriptors with %d input files open; "
-                            "holding at most %d from now on", 2 * len(self._d), self.capacity)
+                with self._lock:
+                    if not self._shrink(len(self._d) // 2):
+                        raise DescriptorLimitError(path, len(self._d)) from None
+                    self.capacity = max(1, len(self._d) + 1)
+                    log.warning("open files: out of descriptors with %d input files open; "
+                                "holding at most %d from now on", 2 * len(self._d),
+                                self.capacity)
+
+    def open_ahead(self, wanted: Sequence[tuple[str, Callable[[int], None] | None]]) -> int:
+        """Open bare descriptors of those of ``wanted``'s files not open yet, as the most
+        recently used (the read-ahead's: readahead.py), calling each one's ``warm(fd)`` first
+        (page-cache hints); one lock for the lot, the opens outside it, within the bound (at
+        most the room that files not in use leave). Best effort: a file that cannot be opened
+        is skipped (its reader reports it); returns how many were opened."""
+        with self._lock:
+            warm = dict(wanted)
+            for p, fn in warm.items():  # open already: hinted now (fadvise does not wait)
+                e = self._d.get(p)
+                if e is not None and fn is not None:
+                    try:
+                        fn(e.fd)
+                    except OSError:
+                        pass
+            todo = [p for p in warm if p not in self._d]
+            pinned = sum(1 for e in self._d.values() if e.pins) if len(self._d) >= self.capacity else 0
+            todo = todo[:max(0, self.capacity - self._opening - pinned - 1)]  # room for a reader
+            if not todo:
+                return 0
+            self._opening += len(todo)
+            self._shrink(self.capacity - self._opening)
+        opened: list[_Open] = []
+        try:
+            for p in todo:
+                try:
+                    e = _Open(p, False)
+                except OSError:
+                    break  # out of descriptors, or a missing file: the reader says which
+                opened.append(e)
+                fn = warm.get(p)
+                if fn is not None:
+                    try:
+                        fn(e.fd)
+                    except OSError:
+                        pass
+        finally:
+            with self._lock:
+                self._opening -= len(todo)
+                for e in opened:
+                    if e.path in self._d:  # a reader opened it meanwhile
+                        e.close()
+                    else:
+                        self._d[e.path] = e
+                        self.opens += 1
+                self.peak = max(self.peak, len(self._d) + self._opening)
+                self._shrink(self.capacity - self._opening)
+        return len(opened)
 
     def discard(self, path: str) -> None:
         """Close ``path`` now if no one is using it (its HDF5 open is no longer needed)."""

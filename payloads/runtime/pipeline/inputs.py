@@ -32,7 +32,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 
 import numpy as np
 
-from payloads.runtime.pipeline import plan
+from payloads.runtime.pipeline import plan, readahead
 from payloads.runtime.pipeline.cache import NEVER, BlockCache
 from payloads.runtime.pipeline.h5source import H5Source
 
@@ -54,7 +54,8 @@ class ShardedLoader:
                  rank: int = 0, ranks: int = 1, seed: int = 0, shuffle: bool = True,
                  window: int = 8, prefetch: int = 4, cache: BlockCache | None = None,
                  processes: int = 0, gather_threads: int = 1, weights: str | None = None,
-                 views: dict[str, tuple[str, list[int]]] | None = None) -> None:
+                 views: dict[str, tuple[str, list[int]]] | None = None,
+                 read_ahead: bool | None = None) -> None:
         self.src, self.features, self.labels = source, list(features), labels
         # weights: a column carried beside the labels; views: model inputs made of some
         # channels (last axis) of another input, {name: (source input, channel indices)}
@@ -71,6 +72,12 @@ class ShardedLoader:
         self.gather_threads = max(1, int(gather_threads))  # threads that gather one slab
         self._pool: ThreadPoolExecutor | None = None
         self._requested: set[int] = set()
+        # opens and disk waits of the next blocks in threads ahead of the reader (readahead.py;
+        # None: where the source has many files and the blocks are read in this process)
+        self.read_ahead = read_ahead
+        self._ra: readahead.ReadAhead | None = None
+        self._probe: list[Any] | None = None  # [pieces, [seconds a read]]: see _probed
+        self.read_wait_us: float | None = None
         self._decoded: Iterator[Arrays] = iter(())
         self._block_bytes = source.block_rows * sum(
             int(np.prod(source.row_shapes[n], dtype=np.int64)) * source.dtypes[n].itemsize
@@ -93,10 +100,18 @@ class ShardedLoader:
         return plan.steps(self.rows_per_epoch, self.batch)
 
     def pieces(self, epoch: int) -> list[plan.Piece]:
-        order = plan.block_order(len(self.src.blocks), self.seed, epoch, self.shuffle,
-                                 files=getattr(self.src, "block_files", None),
-                                 cycle=getattr(self.src, "shuffle_cycle", 0))
-        return plan.rank_pieces(self.src.blocks, order, self.rank, self.ranks)
+        """This rank's pieces of ``epoch``, in order (memoised, a few epochs: the read stage
+        and the cache's next uses ask for the same epochs; 10,000 blocks cost ~50 ms)."""
+        key = (epoch, self.seed, self.shuffle, self.rank, self.ranks)
+        memo = self.__dict__.setdefault("_pieces_memo", {})
+        if key not in memo:
+            order = plan.block_order(len(self.src.blocks), self.seed, epoch, self.shuffle,
+                                     files=getattr(self.src, "block_files", None),
+                                     cycle=getattr(self.src, "shuffle_cycle", 0))
+            if len(memo) > 3:
+                memo.pop(next(iter(memo)))
+            memo[key] = plan.rank_pieces(self.src.blocks, order, self.rank, self.ranks)
+        return memo[key]
 
     # --- stage 1: read windows ------------------------------------------------------------
     def _new_buffer(self, alloc: Callable[..., np.ndarray] | None = None,
@@ -138,8 +153,10 @@ class ShardedLoader:
     def _fill(self, group: list[plan.Piece], buf: Arrays, epoch: int = 0, first: int = 0) -> int:
         """Read the pieces of one window into ``buf``; returns the number of rows.
         ``first`` is the place of the window's first piece in the epoch's order."""
-        at = 0
+        at, ra = 0, self._ra
         for i, p in enumerate(group, first):
+            if ra is not None:
+                ra.at(i)
             key, nu = (id(self.src), p.block), self.next_use(p.block, epoch, i)
             block = self.cache.get(key, nu) if self.cache.budget else None
             if block is None and i in self._requested:  # decoded by a reader process
@@ -147,10 +164,16 @@ class ShardedLoader:
                 if self.cache.wants(nu, self._block_bytes):
                     self.cache.put(key, {n: a.copy() for n, a in block.items()}, nu)
             elif block is None and self.cache.wants(nu, self._block_bytes):
+                t0 = time.perf_counter() if self._probe else 0.0
                 block = self.src.read(self.src.blocks[p.block])
+                if self._probe:
+                    self._probed(time.perf_counter() - t0, i)
                 self.cache.put(key, block, nu)
             if block is None:
+                t0 = time.perf_counter() if self._probe else 0.0
                 self.src.read_into(self.src.blocks[p.block], p.lo, p.hi, buf, at)
+                if self._probe:
+                    self._probed(time.perf_counter() - t0, i)
             else:
                 for n in self.names:
                     buf[n][at:at + p.rows] = block[n][p.lo:p.hi]
@@ -173,6 +196,45 @@ class ShardedLoader:
         self._decoded = self._reader.read_in_order(
             [self.src.blocks[p.block] for i, p in enumerate(pieces) if i in self._requested])
 
+    def _read_ahead(self, pieces: list[plan.Piece], start: int, now: bool = False) -> None:
+        """Start the read-ahead's pass over this epoch's blocks still to be read here (not
+        cached, not decoded by reader processes), from place ``start``. By default
+        (``read_ahead`` None) only for a source of many files, and only once reads are seen to
+        wait (:meth:`_probed`): where the files' pages are in memory already, the read-ahead
+        thread's opens cost more than they save on two cores (measured: 0.6-0.8x the rate)."""
+        self._probe = None
+        if self.processes or self.read_ahead is False or not (
+                self.read_ahead or readahead.wanted(self.src)):
+            return
+        if self._ra is None and not (self.read_ahead or now):
+            self._probe = [pieces, []]  # the reads of this epoch, timed until decided
+            return
+        if self._ra is None:
+            self._ra = readahead.ReadAhead(self.src)
+        sid, cached = id(self.src), self.cache.budget > 0
+        self._ra.begin([None if i < start or i in self._requested
+                        or (cached and self.cache.contains((sid, p.block))) else p.block
+                        for i, p in enumerate(pieces)], start)
+
+    def _probed(self, seconds: float, place: int) -> None:
+        """One file read of the probe took ``seconds``: after ``readahead.PROBE_READS`` of
+        them, the read-ahead starts if their median took ``readahead.SLOW_READ_S`` or more
+        (the storage, or the opens, wait; the median: a read preempted on a busy machine is
+        not a slow disk), else the probe ends for this epoch."""
+        probe = self._probe
+        assert probe is not None
+        probe[1].append(seconds)
+        if len(probe[1]) < readahead.PROBE_READS:
+            return
+        self._probe = None
+        median = float(np.median(probe[1]))
+        self.read_wait_us = round(1e6 * median, 1)  # the last probe's
+        if median >= readahead.SLOW_READ_S:
+            readahead.log.info("input files: a block read waits %.0f us (median): reading "
+                               "ahead (opens and page-cache hints, %d files)", 1e6 * median,
+                               len(self.src.paths))
+            self._read_ahead(probe[0], place + 1, now=True)
+
     def _read_stage(self, epochs: list[int], free: queue.Queue, out: queue.Queue) -> None:
         """``self._skip``: batches of the first epoch not to deliver (resumed mid-epoch): the
         windows wholly before them are not read at all, the window they end in is read and its
@@ -188,6 +250,7 @@ class ShardedLoader:
                 first += len(groups[start])
                 start += 1
             self._request(pieces, first)
+            self._read_ahead(pieces, first)
             for w, group in enumerate(groups[start:], start):
                 buf = self._window_buffer(free)
                 if buf is None:
@@ -208,7 +271,10 @@ class ShardedLoader:
             drop = 0
 
     def close(self) -> None:
-        """Stop the reader processes and the gather threads, if any."""
+        """Stop the reader processes, the read-ahead and the gather threads, if any."""
+        if self._ra is not None:
+            self._ra.close()
+            self._ra = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None
