@@ -141,7 +141,9 @@ def save_onnx_keras(model: Any, out: Path, sample: list[Any]) -> dict[str, Any]:
 
 
 def plot_curves(reports: list[dict[str, Any]], path: Path, title: str) -> Path | None:
-    """Loss and each metric per epoch, train and validation side by side (matplotlib, Agg)."""
+    """Loss and each metric per epoch, train and validation side by side (matplotlib, Agg). The
+    model's costs (n_params, model_mb, inference_ms: one number per model, repeated in every
+    report) get no panel: three flat lines doubled the figure's width and its drawing time."""
     try:
         import matplotlib
 
@@ -150,7 +152,10 @@ def plot_curves(reports: list[dict[str, Any]], path: Path, title: str) -> Path |
     except ImportError:
         log.warning("matplotlib is not installed: no %s", path.name)
         return None
-    names = sorted({k for r in reports for k in r["metrics"] if not k.startswith("val_")})
+    from payloads.runtime.costs import NAMES as COSTS
+
+    names = sorted({k for r in reports for k in r["metrics"]
+                    if not k.startswith("val_") and k not in COSTS})
     fig, axes = plt.subplots(1, max(1, len(names)), figsize=(4.2 * max(1, len(names)), 3.4))
     axes = axes if hasattr(axes, "__len__") else [axes]
     epochs = [r["epoch"] for r in reports]
