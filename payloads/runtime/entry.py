@@ -51,16 +51,35 @@ def run_payload(argv: list[str], *, usage: str, rank: int, framework: str,
         reason = " ".join(str(e).split())[:400]
         print(f"gridml payload error: {type(e).__name__}: {reason}", file=sys.stderr, flush=True)
         return 1
-    if code == 0 and framework == "torch" and "TORCHELASTIC_RUN_ID" in os.environ:
+    if code == 0 and os.environ.get(LAUNCHED_BY.get(framework, "")) is not None \
+            and _left_horovod():
         exit_now(code)
     return code
 
 
+# the variable each framework's launcher sets in its ranks (torchrun; horovodrun)
+LAUNCHED_BY = {"torch": "TORCHELASTIC_RUN_ID", "keras": "HOROVOD_RANK"}
+
+
+def _left_horovod() -> bool:
+    """Horovod shut down on this rank (what its exit hook would do: every rank waits there for
+    the others), or never started here; False if the shutdown failed (the normal exit then)."""
+    hvd = sys.modules.get("horovod.tensorflow")
+    if hvd is None:
+        return True
+    try:
+        hvd.shutdown()
+    except Exception:  # (its own exit hook tries again)
+        return False
+    return True
+
+
 def exit_now(code: int) -> None:
-    """End a torchrun rank that finished (its outputs written, its process group destroyed)
-    without the interpreter's teardown: freeing torch's modules and memory, and torch's own exit
-    hooks, took 2-3 s of every trial after result.json on a CPU node. Logs and stdio are flushed
-    first; a failing rank never comes here (its code goes to $GRIDML_EXIT_FILE on the way out)."""
+    """End a launched rank that finished (its outputs written, its process group destroyed or
+    Horovod shut down) without the interpreter's teardown: freeing torch's or TensorFlow's
+    modules and memory, and their exit hooks, took 2-3 s of every trial after result.json on a
+    CPU node. Logs and stdio are flushed first; a failing rank never comes here (its code goes
+    to $GRIDML_EXIT_FILE on the way out)."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
