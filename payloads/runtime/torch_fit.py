@@ -400,6 +400,7 @@ class Trainer:
         metric sums, the epoch's time so far."""
         import random
 
+        m.flush()
         return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                 "python": random.getstate(),
                 "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,

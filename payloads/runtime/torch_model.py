@@ -32,6 +32,7 @@ HOOKS = {"loss": 2, "training_step": 3}  # name -> positional arity (gridml/spec
 LOSSES = ("binary_crossentropy", "categorical_crossentropy", "sparse_categorical_crossentropy",
           "mse", "mean_squared_error", "mae", "mean_absolute_error")
 METRICS = ("accuracy", "auc", "precision", "recall")
+DEFER = 16  # batches counted at once on a GPU (Metrics)
 AUC_BINS = 4096  # histogram of scores: AUC exact up to ties within 1/4096 in probability
 
 
@@ -203,6 +204,13 @@ class Metrics:
         # [loss_sum, n, correct, tp, fp, fn, n_metric] then hist_pos, hist_neg
         self.sums = torch.zeros(7, dtype=torch.float64, device=device)
         self.hist = torch.zeros(2, AUC_BINS, dtype=torch.float64, device=device)
+        # On a GPU the batches' (loss, out, y, w) wait here and are counted DEFER at a time:
+        # the ~30 small operations of a count cost host time per batch that a small model's
+        # step does not hide (each launch is as dear as a tiny kernel). Counted in one go, the
+        # sums are the same. On a CPU a batch is a view of a recycled buffer: counted at once.
+        self.defer = DEFER if device.type == "cuda" else 1
+        self._pending: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor,
+                                  torch.Tensor | None]] = []
 
     def _scores(self, out: torch.Tensor) -> torch.Tensor:
         if self.loss in ("categorical_crossentropy", "sparse_categorical_crossentropy"):
@@ -214,14 +222,47 @@ class Metrics:
                w: torch.Tensor | None = None) -> None:
         """One batch: ``loss`` its mean loss (with event weights ``w``: the weighted mean
         sum(l w) / sum(w)); every metric is weighted by ``w`` when given."""
-        n = y.shape[0]
-        wn = w.detach().double().reshape(-1) if w is not None else None
-        total = wn.sum() if wn is not None else n
-        self.sums[0] += loss.detach().double() * total
-        self.sums[1] += total
-        if out is None or not self.names:
+        item = (loss.detach(), out.detach() if out is not None else None, y,
+                w.detach() if w is not None else None)
+        if self._pending and not self._same_kind(self._pending[0], item):
+            self.flush()
+        self._pending.append(item)
+        if len(self._pending) >= self.defer:
+            self.flush()
+
+    @staticmethod
+    def _same_kind(a: tuple, b: tuple) -> bool:
+        """Batches counted together: the same size, both with or without outputs and weights."""
+        return (a[2].shape == b[2].shape and (a[1] is None) == (b[1] is None)
+                and (a[3] is None) == (b[3] is None)
+                and (a[1] is None or a[1].shape == b[1].shape))
+
+    @torch.no_grad()
+    def flush(self) -> None:
+        """Count the batches waiting (all of one size: see ``_same_kind``)."""
+        if not self._pending:
             return
-        out = out.detach().float()
+        batch, self._pending = self._pending, []
+        k, n = len(batch), batch[0][2].shape[0]
+        losses = torch.stack([b[0].reshape(()) for b in batch]).double()
+        y = batch[0][2] if k == 1 else torch.cat([b[2] for b in batch])
+        ws = [b[3] for b in batch if b[3] is not None]  # all or none (_same_kind)
+        wn = torch.cat(ws).double().reshape(-1) if ws else None
+        if wn is not None:  # each batch's mean loss x its weight sum
+            self.sums[0] += (losses * wn.reshape(k, -1).sum(1)).sum()
+            self.sums[1] += wn.sum()
+        else:
+            self.sums[0] += losses.sum() * n
+            self.sums[1] += k * n
+        if batch[0][1] is None or not self.names:
+            return
+        outs = [b[1] for b in batch if b[1] is not None]
+        out = (outs[0] if k == 1 else torch.cat(outs)).float()
+        self._count(out, y, wn)
+
+    def _count(self, out: torch.Tensor, y: torch.Tensor, wn: torch.Tensor | None) -> None:
+        """The metric sums and score histograms of ``out`` against ``y`` (weights ``wn``)."""
+        n = y.shape[0]
         p = self._scores(out)
         multi = p.ndim > 1 and p.shape[-1] > 1
         ev = wn if wn is not None else torch.ones(n, dtype=torch.float64, device=p.device)
@@ -247,6 +288,7 @@ class Metrics:
 
     def reduce(self, all_reduce: Callable[[torch.Tensor], Any] | None) -> dict[str, float]:
         """Sums over ranks (``all_reduce``: in-place SUM, or None for one rank) -> metrics."""
+        self.flush()
         flat = torch.cat([self.sums, self.hist.reshape(-1)])
         if all_reduce is not None:
             all_reduce(flat)

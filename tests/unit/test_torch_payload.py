@@ -94,6 +94,32 @@ def test_the_gpu_score_histograms_equal_the_per_class_bincounts() -> None:
     assert a[0].sum().item() == pytest.approx(w[truth].sum().item())
 
 
+@pytest.mark.parametrize("kind", ["binary", "weighted", "multiclass", "loss only"])
+def test_batches_counted_together_give_the_sums_of_batches_counted_one_by_one(kind: str) -> None:
+    """On a GPU the metrics count torch_model.DEFER batches at once (fewer launches per step);
+    forced here on the CPU: the same sums, whatever the batch sizes, weights or outputs."""
+    g = torch.Generator().manual_seed(2)
+    names = ["accuracy", "auc", "precision", "recall"] if kind != "multiclass" else ["accuracy"]
+    loss = "categorical_crossentropy" if kind == "multiclass" else "binary_crossentropy"
+    one, many = (torch_model.Metrics(names, loss, torch.device("cpu")) for _ in range(2))
+    many.defer = 5
+    for size in [64] * 12 + [17, 64, 64]:  # a short batch in between: counted on its own
+        out = torch.randn(size, 3 if kind == "multiclass" else 1, generator=g)
+        y = (torch.randint(0, 3, (size,), generator=g) if kind == "multiclass"
+             else (torch.rand(size, generator=g) < 0.4).float())
+        w = torch.rand(size, generator=g) * 2 if kind == "weighted" else None
+        lval = torch.rand((), generator=g)
+        for m in (one, many):
+            m.update(lval, None if kind == "loss only" else out, y, w)
+    assert len(many._pending) == 2  # the last two wait for a flush
+    a, b = one.reduce(None), many.reduce(None)
+    assert a.keys() == b.keys() and len(a) == 1 + len(names)
+    for k in a:
+        assert b[k] == pytest.approx(a[k], rel=1e-12, nan_ok=True), k
+    assert (a["accuracy"] != a["accuracy"]) == (kind == "loss only")  # nan: no outputs
+    torch.testing.assert_close(one.hist, many.hist)
+
+
 def test_losses_mean_what_they_mean_for_keras() -> None:
     out = torch.tensor([[2.0], [-1.0], [0.5]])
     y = torch.tensor([1.0, 0.0, 0.0])
