@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tarfile
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -196,8 +196,10 @@ def prepare(template: Path, files: Files, cwd: Path, server: Server | None,
         hparams=hparams, model_file=model, output_dir=cwd / "outputs",
         trial_id=int(trial["id"]) if trial else doc.trial_id,
         trial_number=int(trial["number"]) if trial else doc.trial_number,
-        data=contract.Data(features=doc.data.features, labels=doc.data.labels,
-                           ragged=doc.data.ragged, train=tuple(train), validation=tuple(val)),
+        # the spec's data section as it is (weights, collections, views, max_open_files), with
+        # the job's staged files; no test split (refused for phpo) and no layout records (they
+        # live in the controller's study folder, not on this node)
+        data=replace(doc.data, train=tuple(train), validation=tuple(val), test=(), layouts=()),
         training=contract.Training(**{**doc.training.__dict__, "workers": ranks}),
         resources=contract.Resources(cores=cores, gpus=doc.resources.gpus, nodes=1), api=api)
     (cwd / "outputs").mkdir(exist_ok=True)
