@@ -4,8 +4,8 @@ The controller (gridml.controller.Campaign, local executor, real Horovod/TF payl
 this process on the same database as a separate `gridml serve` the payloads post to. The server
 is killed twice mid-campaign; payloads spool and retry, the controller ingests spools, and at
 the end every epoch of every trial is in the store exactly once. SQLite and PostgreSQL.
-A hung trial (its processes frozen with SIGSTOP) is failed after the heartbeat timeout and
-retried.
+A hung trial (its processes frozen with SIGSTOP; a torch payload) is failed after the
+heartbeat timeout and retried.
 """
 
 from __future__ import annotations
@@ -50,8 +50,10 @@ def db_url(request, tmp_path, monkeypatch):
         yield url
 
 
-def campaign(tmp_path, db_url: str, api_url: str, trials: int, backend: str = ""):
-    """A Campaign of the lead's controller on ``db_url`` whose payloads post to ``api_url``."""
+def campaign(tmp_path, db_url: str, api_url: str, trials: int, backend: str = "",
+             payload: str = "", grace_s: float = 10.0):
+    """A Campaign of the lead's controller on ``db_url`` whose payloads post to ``api_url``
+    (``payload``: the spec's payload section, default the Keras one)."""
     from gridml import executors
     from gridml.controller import Campaign
     from gridml.data import open_data_manager
@@ -62,12 +64,15 @@ def campaign(tmp_path, db_url: str, api_url: str, trials: int, backend: str = ""
 
     train, val = make_registered_sample_data(tmp_path, n_train=2000, n_val=400)
     extra = {"backend": backend} if backend else {}
+    if payload:
+        extra["payload"] = payload
     spec = write_spec(tmp_path / "spec.yaml", "reliable", train, val, training=TRAINING,
                       search=search(trials), resources=RESOURCES, **extra)
     data = open_data_manager("local")
     loaded = load_spec(spec, did_exists=data.exists)
     store = open_store(db_url)
-    return Campaign(loaded, store, executors.create("local"), data, settings().runs_dir,
+    return Campaign(loaded, store, executors.create("local", grace_s=grace_s), data,
+                    settings().runs_dir,
                     api_url=api_url, poll_s=1.0), store
 
 
@@ -132,13 +137,39 @@ def _freeze_first_running(store, study_id: int, done: threading.Event, frozen: l
         time.sleep(0.3)
 
 
+# epochs of about a second (32 batches of 64 rows): the trial is still training when the freezer
+# sees its first epoch, as with the Keras payload's
+SLOW_TORCH_MODEL = """
+import time
+from torch import nn
+
+
+class Slow(nn.Linear):
+    def forward(self, x):
+        if self.training:
+            time.sleep(0.03)
+        return super().forward(x)
+
+
+def build_model(hparams, input_shape):
+    return Slow(int(input_shape[0]), 1)
+"""
+
+
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_hung_trial_fails_after_heartbeat_timeout_and_is_retried(tmp_path, db_url):
-    # payloads beat every 30 s (planner), and TensorFlow takes a while to start on a busy machine
-    backend = "backend: {executor: local, data: local, server: embedded, heartbeat_timeout: 75, " \
+def test_hung_trial_fails_after_heartbeat_timeout_and_is_retried(tmp_path, db_url, needs_torch):
+    # the torch payload (the heartbeat is the controller's, whatever the framework): it starts in
+    # seconds where TensorFlow took ~20 s on a busy machine, so 45 s of silence (a beat every 15 s,
+    # planner) is a hang, not a slow start (75 s with TF); the frozen processes take no SIGTERM:
+    # the kill's grace is short
+    model = tmp_path / "slow_linear.py"
+    model.write_text(SLOW_TORCH_MODEL)
+    backend = "backend: {executor: local, data: local, server: embedded, heartbeat_timeout: 45, " \
               "retries: 1}\n"
     with ServerProcess(db_url, log=tmp_path / "serve.log") as server:
-        camp, store = campaign(tmp_path, db_url, server.url, trials=1, backend=backend)
+        camp, store = campaign(tmp_path, db_url, server.url, trials=1, backend=backend,
+                               payload=f"payload:\n  framework: torch\n  model: {model}\n",
+                               grace_s=2.0)
         done, frozen = threading.Event(), []
         freezer = threading.Thread(target=_freeze_first_running,
                                    args=(store, camp.study.id, done, frozen))
