@@ -4,19 +4,29 @@ what Slurm then sends to the batch shell (the walltime warning or a preemption's
 wait). The shell forwards it to its ranks (torchrun's two, never torchrun), they agree on one
 batch, rank 0 checkpoints mid-epoch, the job ends with exit 75 and the controller continues the
 trial in a new job from that batch: no retry used (``retries: 0``), every epoch stored once, none
-lost. Prints the figures of the note: signal -> checkpoint written, signal -> training again."""
+lost. Prints the figures of the note: signal -> checkpoint written, signal -> training again.
+
+Beside it, in the same run, a second campaign hits a real walltime with no warning: a 1-core
+trial with ``walltime: 1m`` (the shortest Slurm has) and ``signal_grace: 0`` checkpoints every
+epoch (``training.options.checkpoint``, on by default) and trains slowly in its first job only,
+so Slurm ends that job TIMEOUT mid-training (slurmctld checks time limits every 30 s: 60-91 s
+after the start, then SIGTERM, SIGKILL after KillWait); the controller continues the trial in a
+new job from its last epoch checkpoint (``it hit its walltime after a checkpoint``): no retry
+used, every epoch stored once, the trial completed. Both campaigns run at once, so the walltime
+one adds only what it lasts past the warned one."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import ROOT, gridml_json, make_registered_sample_data, start_gridml, wait_for, write_spec
 from tests.slurm.slurm_fixtures import SlurmCluster
-from tests.slurm.test_slurm_campaign import jobs_of, trial_logs
+from tests.slurm.test_slurm_campaign import controller_log, jobs_of, trial_logs
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.service, pytest.mark.slow]
@@ -29,6 +39,68 @@ SLOW = ((ROOT / "examples/models/deepsets_torch.py").read_text() + "\n"  # (chec
         "    out = model(x)\n"
         "    return loss_fn(out, y), out\n")
 
+# The walltime trial: slow (0.5 s a batch, 5 s an epoch of 10 batches) in its first Slurm job only,
+# fast in the job that continues it. The first job that imports the model records its id.
+WALLTIME_EPOCHS = 20  # 100 s of training in the first job: past the latest TIMEOUT (~91 s)
+PAST_WALLTIME = ((ROOT / "examples/models/deepsets_torch.py").read_text() + "\n"
+                 "import os as _os\n"
+                 "import time as _time\n"
+                 "from pathlib import Path as _Path\n"
+                 "_FIRST = _Path(@MARKER@)\n"
+                 "_JOB = _os.environ.get('SLURM_JOB_ID', '')\n"
+                 "if _JOB and not _FIRST.exists():\n"
+                 "    _FIRST.write_text(_JOB)\n"
+                 "_SLOW = bool(_JOB) and _FIRST.exists() and _FIRST.read_text() == _JOB\n"
+                 "def training_step(model, batch, loss_fn):\n"
+                 "    if _SLOW:\n"
+                 "        _time.sleep(0.5)\n"
+                 "    x, y = batch\n"
+                 "    out = model(x)\n"
+                 "    return loss_fn(out, y), out\n")
+
+
+def start_past_walltime(tmp_path: Path, data: tuple[str, str], slurm_env: SlurmCluster,
+                        study: str) -> subprocess.Popen[str]:
+    """The campaign of one trial that outlives its 1-minute walltime, unwarned."""
+    model = tmp_path / "walltime_torch.py"
+    model.write_text(PAST_WALLTIME.replace("@MARKER@", repr(str(tmp_path / "first_job"))))
+    spec = write_spec(
+        tmp_path / "walltime.yaml", study, *data,
+        payload=f"payload:\n  framework: torch\n  model: {model}\n",
+        search="search:\n  algorithm: random\n  max_trials: 1\n  parallel: 1\n  seed: 5\n  space:\n"
+               "    learning_rate: {type: real, low: 1.0e-3, high: 3.0e-2, log: true}\n",
+        training=f"training: {{epochs: {WALLTIME_EPOCHS}, batch_size: 128, workers: 1}}\n",
+        resources="resources: {cores: 1, memory_gb: 1, walltime: 1m}\n",
+        backend="backend: {executor: slurm, data: local, server: embedded, retries: 0}\n",
+        slurm=f"slurm: {{partition: {slurm_env.partition}, signal_grace: 0}}\n")
+    return start_gridml("submit", str(spec), "--quiet")
+
+
+def check_past_walltime(gridml_home: Path, slurm_env: SlurmCluster, study: str, err: str,
+                        seconds: float) -> None:
+    """The trial's first job ended TIMEOUT mid-training, a second one finished it from the
+    last epoch checkpoint: no retry used, each epoch stored once."""
+    [t] = gridml_json("status", study)["trials"]
+    log = trial_logs(study, 0)
+    assert t["state"] == "completed", (t, err[-3000:], log[-4000:], controller_log(study)[-3000:])
+    trial = gridml_home / "runs" / study / "trial-0000"
+    assert "--signal" not in (trial / "attempt-1" / "job.sh").read_text()  # signal_grace: 0
+    [(first, first_state), (_, second_state)] = jobs_of(slurm_env, f"gridml.{study}.")[
+        f"gridml.{study}.trial-0000"]
+    assert (first_state, second_state) == ("TIMEOUT", "COMPLETED"), jobs_of(slurm_env, "gridml.")
+    # continued, not retried (retries: 0 would have failed it): 2 attempts, 1 continuation
+    assert t["attempts"] == 2 and (trial / "continued").read_text() == "1", t
+    assert "it hit its walltime after a checkpoint" in controller_log(study) + err
+    resumed = re.search(r"resuming after epoch (\d+) from", log)
+    assert resumed and 1 <= int(resumed[1]) < WALLTIME_EPOCHS, log[-4000:]
+    epochs = gridml_json("status", study, "--trial", "0")["epochs"]
+    assert [e["epoch"] for e in epochs] == list(range(1, WALLTIME_EPOCHS + 1)), epochs
+    elapsed = slurm_env._cmd("sacct", "-X", "-n", "-P", "-j", first, "-o", "Elapsed").split()
+    print(f"\nwalltime figures (test cluster): walltime 1m, no warning; job {first} ended TIMEOUT "
+          f"after {elapsed[0] if elapsed else '?'} with {resumed[1]} of {WALLTIME_EPOCHS} epochs "
+          f"checkpointed, continued in a new job from there and completed: campaign {seconds:.0f} s, "
+          "epochs lost 0, duplicated 0, retries used 0")
+
 
 def test_a_warned_trial_continues_in_a_new_job_from_its_checkpoint(
         tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster) -> None:
@@ -36,6 +108,9 @@ def test_a_warned_trial_continues_in_a_new_job_from_its_checkpoint(
     model = tmp_path / "slow_torch.py"
     model.write_text(SLOW)
     study = "slurm-preempt"
+    late_study = "slurm-walltime"
+    t0 = time.monotonic()
+    late = start_past_walltime(tmp_path, data, slurm_env, late_study)
     spec = write_spec(
         tmp_path / "spec.yaml", study, *data,
         payload=f"payload:\n  framework: torch\n  model: {model}\n",
@@ -58,10 +133,14 @@ def test_a_warned_trial_continues_in_a_new_job_from_its_checkpoint(
         [(job, _)] = jobs_of(slurm_env, f"gridml.{study}.")[f"gridml.{study}.trial-0000"]
         subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, timeout=60)
         out, err = proc.communicate(timeout=600)
+        warned_s = time.monotonic() - t0
+        _, late_err = late.communicate(timeout=600)
+        late_s = time.monotonic() - t0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for p in (proc, late):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     [t] = gridml_json("status", study)["trials"]
     assert t["state"] == "completed", (t, err[-3000:], trial_logs(study, 0)[-4000:])
     assert t["attempts"] == 2 and (trial / "continued").read_text() == "1"
@@ -82,3 +161,5 @@ def test_a_warned_trial_continues_in_a_new_job_from_its_checkpoint(
           f"{resumed[0]['epoch']} after batch {resumed[0]['from_batch']}), epochs lost 0, "
           "duplicated 0, retries used 0")
     assert 0 < again < 600
+    check_past_walltime(gridml_home, slurm_env, late_study, late_err, late_s)
+    print(f"the two campaigns at once: warned {warned_s:.0f} s, past its walltime {late_s:.0f} s")
