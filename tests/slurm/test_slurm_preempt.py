@@ -93,6 +93,9 @@ def check_past_walltime(gridml_home: Path, slurm_env: SlurmCluster, study: str, 
     assert "it hit its walltime after a checkpoint" in controller_log(study) + err
     resumed = re.search(r"resuming after epoch (\d+) from", log)
     assert resumed and 1 <= int(resumed[1]) < WALLTIME_EPOCHS, log[-4000:]
+    # the first job was killed in the epoch after its last report, not between jobs' epochs
+    first_log = (trial / "attempt-1" / "payload.log").read_text(errors="replace")
+    assert re.findall(r"\] epoch (\d+): ", first_log)[-1] == resumed[1], first_log[-3000:]
     epochs = gridml_json("status", study, "--trial", "0")["epochs"]
     assert [e["epoch"] for e in epochs] == list(range(1, WALLTIME_EPOCHS + 1)), epochs
     elapsed = slurm_env._cmd("sacct", "-X", "-n", "-P", "-j", first, "-o", "Elapsed").split()
