@@ -4,23 +4,45 @@ pipeline (issue 28; docs/data.md "Many files").
 Each case runs in a fresh process under ``ulimit -n 1024`` (soft and hard: the usual limit of
 login and compute nodes), as a trial's rank does: the training source is opened and checked
 (*start*: ``H5Source``, the first batch included; every case has the same chunks, of
-``rows / max(cases)`` rows, so the file count alone differs), one shuffled epoch is read through
-``ShardedLoader`` (*throughput*: rows/s), the source is closed (*end*). A thread samples the
+``rows / max(cases)`` rows, so the file count alone differs), two shuffled epochs are read
+through ``ShardedLoader`` with the trial's default RAM cache (1 GiB): *epoch 1* from the files,
+*epoch 2* from the cache (rows/s each), the source is closed (*end*). A thread samples the
 process's descriptors (``/proc/self/fd``) every 2 ms (*peak fds*, against the LRU's bound).
+``--pages cold`` drops the files' pages from the page cache first (``posix_fadvise(DONTNEED)``
+on these files only: files just staged, or on a parallel filesystem); ``hot`` leaves them.
+The loader's read-ahead (payloads/runtime/pipeline/readahead.py) decides by itself
+(*read_wait_us*: the median block read it timed; *read_ahead_blocks*: blocks it warmed).
 The shuffle quality of the bounded order (the window of files) is computed from the plan alone
 against the full permutation, for the 10,000-file case: (a) files sorted by class (5,000 of
 each): the standard deviation of the class fraction over 8-block shuffle windows (lower is
 better mixed; independent draws: sqrt(0.25/8) = 0.177); (b) the stretch of the epoch a file's
 blocks are spread over (full permutation: ~(k-1)/(k+1) of it for k blocks).
 
-With ``--layouts both`` (the default) each case runs twice: without layout records (the start
-opens every file once) and with them (payloads/runtime/pipeline/layouts.py: records made once, as
-``gridml data put`` makes them, *record_s*; written as the sidecar a campaign's stage-in writes;
-the child reads it inside the timed start, as the payload does from trial.json's
+With ``--layouts both`` (the default) each case runs without layout records (the start opens
+every file once) and with them (payloads/runtime/pipeline/layouts.py: records made once, as
+``gridml data put`` makes them, *record_s*; written as the sidecar a campaign's stage-in
+writes; the child reads it inside the timed start, as the payload does from trial.json's
 ``data.layouts``: only the first file is opened).
 
     python benchmarks/many_files.py [--rows 200000] [--cases 10,1000,10000] [--json out.json]
-                                    [--layouts both|off|on]
+                                    [--layouts both|off|on] [--pages both|hot|cold]
+
+Measured (``--rows 200000``: 20 rows a file at 10,000 files, chunks of 20 rows everywhere; the
+shared 2-core machine at a load average of 2.6-4.2, so single figures vary up to 2x; epochs
+as a ratio to the 10-file case of the same row):
+
+| files | records | pages | start | epoch 1 | epoch 2 (cache) | end | peak fds |
+|---|---|---|---|---|---|---|---|
+| 10 | no | hot / cold | 0.22 / 0.30 s | 127,000 / 130,000 rows/s | 215,000 / 248,000 rows/s | 0.5 ms | 14 |
+| 1,000 | no | hot / cold | 1.5 / 1.4 s | 0.75x / 1.34x | 1.32x / 1.22x | 2 ms | 260 |
+| 10,000 | no | hot / cold | 19.2 / 12.3 s | 0.90x / 0.91x | 1.28x / 1.57x | 3 ms | 260 |
+| 10 | yes | hot / cold | 0.18 / 0.22 s | 163,000 / 127,000 rows/s | 359,000 / 270,000 rows/s | 0.5 ms | 14 |
+| 1,000 | yes | hot / cold | 0.17 / 0.19 s | 0.49x / 0.76x | 0.90x / 0.89x | 1-2 ms | 260 |
+| 10,000 | yes | hot / cold | 0.74 / 0.92 s | 0.70x / 0.60x | 0.67x / 1.05x | 2-3 ms | 260 |
+
+(bound 256: 260 = 256 + the process's 4 descriptors; the read-ahead went on in the cold cases
+with records, where the median read waited 170-236 us; shuffle: class spread 0.175 bounded vs
+0.177 full for 10,000 files of one block.)
 """
 
 from __future__ import annotations
@@ -71,8 +93,12 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def one_case(paths: list[str], sidecar: str | None = None) -> dict:
-    """Runs in the child: start, one epoch, end, peak descriptors."""
+def one_case(paths: list[str], sidecar: str | None = None, cold: bool = False) -> dict:
+    """Runs in the child: start, two epochs, end, peak descriptors. ``cold``: the files' pages
+    are dropped from the page cache first (``posix_fadvise(DONTNEED)`` on these files only),
+    as for files just staged or read from a parallel filesystem (the start's check pass,
+    without layout records, reads each file's metadata back)."""
+    from payloads.runtime.pipeline.cache import BlockCache
     from payloads.runtime.pipeline.h5source import H5Source, open_files, use_layouts
     from payloads.runtime.pipeline.inputs import ShardedLoader
 
@@ -83,13 +109,19 @@ def one_case(paths: list[str], sidecar: str | None = None) -> dict:
             peak.append(_fds())
             time.sleep(0.002)
 
+    if cold:
+        for p in paths:
+            fd = os.open(p, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
     base = _fds()
     threading.Thread(target=sample, daemon=True).start()
     pool = open_files()
     t0 = time.perf_counter()
     use_layouts([sidecar] if sidecar else [])
     src = H5Source(paths, ["x", "y"])
-    ld = ShardedLoader(src, ["x"], "y", batch=512, seed=1, window=8, prefetch=8)
+    cache = BlockCache(1024 << 20)  # the trial's default training.options.cache_budget_mb
+    ld = ShardedLoader(src, ["x"], "y", batch=512, seed=1, window=8, prefetch=8, cache=cache)
     it = ld.batches([0])
     rows = len(next(it)[1])
     t_start = time.perf_counter() - t0
@@ -97,17 +129,25 @@ def one_case(paths: list[str], sidecar: str | None = None) -> dict:
     for _x, y in it:
         rows += len(y)
     t_epoch = time.perf_counter() - t1
+    t1 = time.perf_counter()
+    rows2 = sum(len(y) for _x, y in ld.batches([1]))
+    t_epoch2 = time.perf_counter() - t1
+    warmed = ld._ra.warmed if ld._ra is not None else 0
     ld.close()
     t2 = time.perf_counter()
     src.close()
     t_end = time.perf_counter() - t2
     stop.set()
-    return {"files": len(paths), "rows": rows, "start_s": round(t_start, 3),
-            "epoch_s": round(t_epoch, 3), "rows_per_s": round(rows / t_epoch),
+    return {"files": len(paths), "rows": rows, "pages": "cold" if cold else "hot",
+            "start_s": round(t_start, 3), "epoch1_s": round(t_epoch, 3),
+            "rows_per_s": round(rows / t_epoch), "epoch2_rows_per_s": round(rows2 / t_epoch2),
             "end_s": round(t_end, 4), "peak_fds": max(peak), "base_fds": base,
             "bound": pool.capacity, "peak_open_files": pool.peak, "opens": pool.opens,
+            "read_wait_us": ld.read_wait_us, "read_ahead_blocks": warmed,
+            "cache_hit_rate": cache.stats()["hit_rate"],
             "shuffle_cycle": src.shuffle_cycle, "rlimit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-            "layouts": bool(sidecar), "opened_at_start": src.check_opened}
+            "layouts": bool(sidecar), "opened_at_start": src.check_opened,
+            "load_avg": round(os.getloadavg()[0], 1)}
 
 
 def shuffle_quality(files: int, blocks_per_file: int, cycle: int, seeds: int = 3) -> dict:
@@ -147,34 +187,39 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--layouts", choices=("both", "off", "on"), default="both")
+    ap.add_argument("--pages", choices=("both", "hot", "cold"), default="both")
     ap.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sidecar", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child is not None:
-        print(json.dumps(one_case(json.loads(a.child.read_text()), a.sidecar)))
+        print(json.dumps(one_case(json.loads(a.child.read_text()), a.sidecar, a.cold)))
         return
     base = a.dir or Path(tempfile.gettempdir()) / "gridml-many-files"
     results = []
     cases = [int(c) for c in a.cases.split(",")]
     chunk = a.rows // max(cases)  # the same blocks in every case: the file count alone differs
     modes = {"both": (False, True), "off": (False,), "on": (True,)}[a.layouts]
+    pages = {"both": (False, True), "hot": (False,), "cold": (True,)}[a.pages]
     for files in cases:
         t = time.perf_counter()
         paths = write(base / f"{files}-{chunk}", a.rows, files, chunk)
         lst = base / f"{files}-{chunk}.json"
         lst.write_text(json.dumps(paths))
         wrote = time.perf_counter() - t
-        for with_layouts in modes:
-            extra: list[str] = []
-            record_s = None
-            if with_layouts:
+        sidecar, record_s = None, None
+        for with_layouts, cold in [(m, c) for m in modes for c in pages]:
+            extra: list[str] = ["--cold"] if cold else []
+            if with_layouts and sidecar is None:
                 from payloads.runtime.pipeline import layouts
 
                 t = time.perf_counter()
                 recs = [(p, layouts.make_record(p)) for p in paths]  # what `data put` records
                 record_s = round(time.perf_counter() - t, 2)
-                sc = layouts.write_sidecar(base / f"{files}-{chunk}-inputs", "user.bench:ds", recs)
-                extra = ["--sidecar", str(sc)]
+                sidecar = layouts.write_sidecar(base / f"{files}-{chunk}-inputs", "user.bench:ds",
+                                                recs)
+            if with_layouts:
+                extra += ["--sidecar", str(sidecar)]
             proc = subprocess.run(
                 [sys.executable, __file__, "--child", str(lst), *extra], capture_output=True,
                 text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=1800,
@@ -182,13 +227,15 @@ def main() -> None:
             if proc.returncode:
                 raise SystemExit(proc.stderr[-3000:])
             r = json.loads(proc.stdout.splitlines()[-1])
-            r["write_s"], r["record_s"] = round(wrote, 1), record_s
+            r["write_s"], r["record_s"] = round(wrote, 1), record_s if with_layouts else None
             results.append(r)
             print(json.dumps(r), flush=True)
     for r in results:
-        ref = next(x for x in results if x["layouts"] == r["layouts"])  # the fewest files
+        ref = next(x for x in results if x["layouts"] == r["layouts"]
+                   and x["pages"] == r["pages"])  # the fewest files
         r["start_end_over_ref_s"] = round(r["start_s"] + r["end_s"] - ref["start_s"] - ref["end_s"], 2)
         r["throughput_vs_ref"] = round(r["rows_per_s"] / ref["rows_per_s"], 2)
+        r["epoch2_vs_ref"] = round(r["epoch2_rows_per_s"] / ref["epoch2_rows_per_s"], 2)
         r["fds_within_bound"] = r["peak_fds"] - r["base_fds"] <= r["bound"]
     big = max(results, key=lambda r: r["files"])
     cycle = max(1, big["bound"] // 2)
