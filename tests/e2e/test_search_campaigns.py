@@ -1,5 +1,4 @@
-"""Issue 7 in real campaigns: an evolutionary search, and ASHA early stopping pruning a bad trial
-(torch payloads: the search is the subject, and a torch trial starts faster than a Keras one)."""
+"""Issue 7 in real campaigns: an evolutionary search, and ASHA early stopping pruning a bad trial."""
 
 from __future__ import annotations
 
@@ -8,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from gridml.search.stopping import decide
-from tests.helpers import TORCH_PAYLOAD, gridml, gridml_json, make_registered_sample_data, write_spec
+from tests.helpers import gridml, gridml_json, make_registered_sample_data, write_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture
-def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, needs_torch: None) -> tuple[Path, str, str]:
+def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, str]:
     monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
     train, val = make_registered_sample_data(tmp_path, n_train=3000, n_val=600)
     return tmp_path, train, val
@@ -34,7 +33,7 @@ search:
     units: {type: int, low: 4, high: 32}
     activation: {type: categorical, choices: [relu, tanh]}
 """
-    spec = write_spec(tmp / "spec.yaml", "evo", train, val, search=search, payload=TORCH_PAYLOAD,
+    spec = write_spec(tmp / "spec.yaml", "evo", train, val, search=search,
                       training="training:\n  epochs: 2\n  batch_size: 128\n  workers: 1\n")
     gridml("submit", str(spec), "--quiet")
     trials = gridml_json("status", "evo")["trials"]
@@ -57,7 +56,7 @@ search:
   space:
     learning_rate: {type: categorical, choices: [0.01, 1.0e-7, 1.0e-8]}
 """
-    spec = write_spec(tmp / "spec.yaml", "asha", train, val, search=search, payload=TORCH_PAYLOAD,
+    spec = write_spec(tmp / "spec.yaml", "asha", train, val, search=search,
                       training="training:\n  epochs: 4\n  batch_size: 128\n  workers: 1\n")
     gridml("submit", str(spec), "--quiet")
     trials = gridml_json("status", "asha")["trials"]
