@@ -11,7 +11,7 @@ Each controller cycle (:meth:`LiveChannel.cycle`, from :class:`gridml.controller
    ``runs/<study>/live.json``, so a restarted controller does not re-read; re-reading anyway is
    harmless (the store is idempotent on (trial, epoch)). All the cycle's reports go to the store in
    one transaction. Latency from an epoch's end on the node to the store: at most one poll
-   interval (``Campaign.poll_s``, 2 s by default) plus the shared filesystem's attribute cache.
+   interval (``Campaign.poll_s``: 0.5 s locally, 2 s elsewhere) plus the shared filesystem's attribute cache.
 2. **decide**: with ``search.early_stopping``, each trial whose curve grew gets the rule's answer
    (:func:`gridml.search.stopping.decide` on the curves of every trial of the study, as the API's
    should-stop computes them in gridml/server/searching.py) written to its ``decision.json``

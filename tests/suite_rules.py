@@ -3,12 +3,12 @@
 - the fast tests first: tests/unit, then tests/integration, then tests/e2e, then tests/slurm
   (a broken unit test shows in the first minute, not after the campaigns); the order inside a
   folder is pytest's own;
-- run in parallel (scripts/test.sh: pytest-xdist, ``-n 2 --dist worksteal``) each worker starts
-  on one contiguous half of that order (the first on the unit tests, so they still fail first),
-  keeping a module's tests together, and an idle worker takes tests over from the other. (Not
-  ``loadgroup``: pytest 9 keeps a node's id where xdist 3.8 no longer sets it, so its groups
-  are ignored.) The Slurm cluster and the Rucio server are session fixtures: each worker that
-  runs one of their tests starts its own (keyed by its own folder, so two never collide);
+- run in parallel (scripts/test.sh: pytest-xdist, ``-n 2 --dist loadfile`` with the suite's own
+  scheduler, tests/xdist_modules.py): a module is one unit, never split between the workers (a
+  split module builds its campaign fixture twice), the folders in the order above, the longest
+  module of a folder first (tests/module_seconds.json). (Not ``loadgroup``: pytest 9 keeps a
+  node's id where xdist 3.8 no longer sets it, so its groups are ignored.) The Slurm cluster and
+  the Rucio server are session fixtures: each worker that runs one of their tests starts its own (keyed by its own folder, so two never collide);
 - in CI (``CI`` set) a test skipped because torch cannot be imported is a failure: CI installs
   torch, so that skip means a broken environment, never a test to leave out quietly. A module
   that skips itself at import (``pytest.importorskip("torch")`` at the top) is a collection error
