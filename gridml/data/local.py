@@ -25,6 +25,7 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import stat
 import uuid
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,8 @@ class LocalStore:
         files = self.list_files(did)
         if not files:
             raise empty_error(parse_did(did), self.did_type(did))
-        for f in files:
-            if f.path is None or not f.path.is_file() or f.path.stat().st_size != f.bytes:
+        for f in files:  # one stat a file (10,000 files: is_file() and stat() were two)
+            if f.path is None or not _is_file_of(f.path, f.bytes):
                 raise DataError(f"{f.did} (in {did}) has no available replica: {f.path} is missing "
                                 "or has the wrong size", hint="upload it again with `gridml data "
                                 "put`, or restore the store directory")
@@ -256,6 +257,15 @@ class LocalStore:
     def _info(self, row: Row) -> FileInfo:
         return FileInfo(row.did, row.bytes or 0, row.adler32 or "", self.root / (row.path or ""),
                         [RSE], dict(row.meta))
+
+
+def _is_file_of(path: Path, size: int) -> bool:
+    """Whether ``path`` is a regular file (symlinks followed) of ``size`` bytes."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == size
 
 
 def _layout(path: Path) -> dict[str, Any] | None:
