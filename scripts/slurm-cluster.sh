@@ -198,7 +198,7 @@ slurmdbd_up() {
     sleep 0.25
   done
   [ "$ok" = 1 ] || die "slurmdbd did not answer in 30 s: $DIR/log/slurmdbd.log"
-  if ! SLURM_CONF="$CONF" sacctmgr -n list cluster format=cluster | grep -qw "gridml$key"; then
+  if ! SLURM_CONF="$CONF" sacctmgr -n -P list cluster format=cluster | grep -qw "gridml$key"; then
     SLURM_CONF="$CONF" sacctmgr -i add cluster "gridml$key" >/dev/null
   fi
 }
