@@ -56,7 +56,7 @@ class GpuSlots:
             for g in ids:
                 if g in load:
                     load[g] += 1
-        order = sorted(self.gpus, key=lambda g: (load[g], self.gpus.index(g)))
+        order = sorted(self.gpus, key=lambda g: load[g])  # stable: ties keep the machine's order
         chosen = order[:max(0, n)]
         if chosen:
             self.held[handle] = chosen

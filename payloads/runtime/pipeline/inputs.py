@@ -72,6 +72,7 @@ class ShardedLoader:
         self.gather_threads = max(1, int(gather_threads))  # threads that gather one slab
         self._pool: ThreadPoolExecutor | None = None
         self._requested: set[int] = set()
+        self._pieces_memo: dict[tuple[Any, ...], list[plan.Piece]] = {}  # see pieces()
         # opens and disk waits of the next blocks in threads ahead of the reader (readahead.py;
         # None: where the source has many files and the blocks are read in this process)
         self.read_ahead = read_ahead
@@ -103,7 +104,7 @@ class ShardedLoader:
         """This rank's pieces of ``epoch``, in order (memoised, a few epochs: the read stage
         and the cache's next uses ask for the same epochs; 10,000 blocks cost ~50 ms)."""
         key = (epoch, self.seed, self.shuffle, self.rank, self.ranks)
-        memo = self.__dict__.setdefault("_pieces_memo", {})
+        memo = self._pieces_memo
         if key not in memo:
             order = plan.block_order(len(self.src.blocks), self.seed, epoch, self.shuffle,
                                      files=getattr(self.src, "block_files", None),
