@@ -133,6 +133,13 @@ class Jedi:
             task = self.tasks.get(task_id)
             return task if task is not None and self.in_jedi(task) else None
 
+    def register_pending(self) -> None:
+        """Every task still only in DEFT's table reaches JEDI's now (ends a long register_delay_s)."""
+        with self._lock:
+            now = time.monotonic()
+            for task in self.tasks.values():
+                task.registered_at = min(task.registered_at, now)
+
     @staticmethod
     def in_jedi(task: Task) -> bool:
         return time.monotonic() >= task.registered_at
