@@ -3,13 +3,17 @@ evaluation job runs the real `gridml evaluate` (Keras payload, 1 rank, 1 epoch o
 
 ``gridml submit spec.yaml`` (``backend.executor: phpo``) submits ONE task built by panda-client's
 phpo through the real panda-client and follows it: the double's JEDI plays iDDS (steering in a
-fresh process per step, 2 evaluation jobs at a time, 4 points in all) and runHPO (point in
+fresh process per step, one evaluation job at a time, 2 points in all) and runHPO (point in
 input.json, staged files in input_ds.json, output.json read back, metrics tarball staged out);
 gridml records every evaluation as a trial (point, epochs, loss) and ends when the task ends, so
 ``gridml status``/``best``/``fetch`` show the study like any other: ``gridml fetch`` unpacks the
 trial's tarball into the files a local trial has, and the fetched model.keras predicts and its
 model.onnx runs in onnxruntime; ``gridml resume`` afterwards follows the same task and submits
 nothing.
+
+Small on purpose (each evaluation pays TensorFlow's import): 2 points one after the other are two
+steering steps, the second fed the first one's loss; evaluations side by side (nParallelEvaluation
+2) run in tests/e2e/test_phpo_torch_campaign.py.
 """
 
 from __future__ import annotations
@@ -29,6 +33,21 @@ from tests.helpers import ROOT, gridml, gridml_json
 from tests.panda_double import PandaDouble
 from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
 
+POINTS = 2
+SEARCH = f"""\
+search:
+  algorithm: bayes
+  objective: val_loss
+  max_trials: {POINTS}
+  parallel: 1
+  seed: 7
+  space:
+    learning_rate: {{type: real, low: 1.0e-3, high: 3.0e-2, log: true}}
+    units: {{type: int, low: 8, high: 32}}
+    dropout: {{type: real, low: 0.0, high: 0.3}}
+    activation: {{type: categorical, choices: [relu, tanh]}}
+"""
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.service]
 
 
@@ -38,7 +57,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     mp = pytest.MonkeyPatch()
     mp.setenv("GRIDML_HOME", str(tmp / "home"))
     train, val = register_sample_data(tmp, n_train=400, n_val=200, files=1)
-    spec = panda_spec(tmp, "hpo", train, val,
+    spec = panda_spec(tmp, "hpo", train, val, search=SEARCH,
                       backend="backend: {executor: phpo, data: local, server: embedded}\n",
                       training="training: {epochs: 1, batch_size: 128, metrics: [accuracy], "
                                "workers: 1}\n",
@@ -58,9 +77,11 @@ def test_one_phpo_task_ran_every_point_as_an_evaluation_job(campaign: dict[str, 
     task = next(iter(panda.jedi.tasks.values()))
     assert task.params["hpoWorkflow"] is True and task.params["taskName"] == "user.jtester.hpo.phpo/"
     assert task.status == "done", (task.error, [j.diag for j in task.jobs])
-    assert len(task.jobs) == 4 and all(j.status == "finished" for j in task.jobs)
+    assert len(task.jobs) == POINTS and all(j.status == "finished" for j in task.jobs)
     steps = sorted((panda.jedi.workroot / str(task.task_id) / "idds").glob("step-*/out.json"))
     assert len(steps) >= 2  # a fresh `gridml steer` per step, results fed back
+    second = json.loads((steps[1].parent / "in.json").read_text())["points"]
+    assert second[0][1] is not None, second  # the first point's loss, fed to the next step
     assert all(loss is not None for _, loss in task.idds_points)
 
 
@@ -68,7 +89,7 @@ def test_every_evaluation_is_a_trial_of_the_study(campaign: dict[str, Any]) -> N
     c, panda = campaign["campaign"], campaign["panda"]
     task = next(iter(panda.jedi.tasks.values()))
     trials = c.store.list_trials(c.study.id)
-    assert [t.state for t in trials] == ["completed"] * 4, [t.error for t in trials]
+    assert [t.state for t in trials] == ["completed"] * POINTS, [t.error for t in trials]
     assert c.store.get_study(c.study.id).state == "finished"
     by_point = {json.dumps(p, sort_keys=True): loss for p, loss in task.idds_points}
     for t in trials:
@@ -86,7 +107,7 @@ def test_best_status_and_fetch_show_the_phpo_study(campaign: dict[str, Any]) -> 
     assert best["number"] == winner.number and best["hparams"] == winner.hparams
     assert best["objective"] == pytest.approx(winner.objective)
     status = gridml_json("status", "hpo")
-    assert status["study"]["n_trials"] == 4 and status["study"]["best"]["number"] == winner.number
+    assert status["study"]["n_trials"] == POINTS and status["study"]["best"]["number"] == winner.number
     assert "best trial" in campaign["submit"].stdout
     gridml("fetch", "hpo", "--best", "-o", str(tmp / "best"))
     prefix = f"hpo.trial-{winner.number:04d}."
@@ -133,7 +154,7 @@ def test_the_controller_keeps_no_model_copy_in_runs(campaign: dict[str, Any]) ->
     """Following the task reads each tarball's records only: the models stay in the data store."""
     evaluations = campaign["tmp"] / "home" / "runs" / "hpo" / "phpo" / "evaluations"
     folders = [p for p in evaluations.iterdir() if not p.name.startswith(".")]
-    assert len(folders) == 4
+    assert len(folders) == POINTS
     for folder in folders:
         names = {p.name for p in folder.iterdir()}
         assert {"evaluation.json", "metrics.jsonl", "result.json"} <= names, names
@@ -145,4 +166,4 @@ def test_resume_follows_the_same_task_and_submits_nothing(campaign: dict[str, An
     c, panda = campaign["campaign"], campaign["panda"]
     gridml("resume", "hpo", "--quiet")
     assert panda.jedi.inserts == 1
-    assert len(c.store.list_trials(c.study.id)) == 4
+    assert len(c.store.list_trials(c.study.id)) == POINTS
