@@ -26,6 +26,7 @@ writes; the child reads it inside the timed start, as the payload does from tria
 
     python benchmarks/many_files.py [--rows 200000] [--cases 10,1000,10000] [--json out.json]
                                     [--layouts both|off|on] [--pages both|hot|cold]
+                                    [--compression none|gzip] [--readers direct|hdf5|both]
 
 Measured (``--rows 200000``: 20 rows a file at 10,000 files, chunks of 20 rows everywhere; the
 shared 2-core machine at a load average of 2.6-4.2, so single figures vary up to 2x; epochs
@@ -66,9 +67,10 @@ LIMIT = 1024
 FEATURES = 10
 
 
-def write(d: Path, rows: int, files: int, chunk: int) -> list[str]:
-    """``rows`` rows of 10 float32 features + a label, cut into ``files`` files (uncompressed,
-    chunks of ``chunk`` rows at most: the layout the direct reads serve)."""
+def write(d: Path, rows: int, files: int, chunk: int, gzip: bool = False) -> list[str]:
+    """``rows`` rows of 10 float32 features + a label, cut into ``files`` files (chunks of
+    ``chunk`` rows at most; uncompressed, or with ``gzip`` as `gridml demo-data` writes them:
+    deflate level 4 after HDF5's shuffle filter)."""
     import h5py
     import numpy as np
 
@@ -77,14 +79,15 @@ def write(d: Path, rows: int, files: int, chunk: int) -> list[str]:
     chunk = min(per, chunk)
     rng = np.random.default_rng(0)
     paths = []
+    kw: dict[str, Any] = dict(compression="gzip", compression_opts=4, shuffle=True) if gzip else {}
     for i in range(files):
         p = d / f"f{i:05d}.h5"
         if not p.exists():
             with h5py.File(p, "w") as f:
                 f.create_dataset("x", data=rng.random((per, FEATURES), np.float32),
-                                 chunks=(chunk, FEATURES))
+                                 chunks=(chunk, FEATURES), **kw)
                 f.create_dataset("y", data=(rng.random(per) < 0.5).astype(np.float32),
-                                 chunks=(chunk,))
+                                 chunks=(chunk,), **kw)
         paths.append(str(p))
     return paths
 
@@ -93,11 +96,14 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def one_case(paths: list[str], sidecar: str | None = None, cold: bool = False) -> dict:
+def one_case(paths: list[str], sidecar: str | None = None, cold: bool = False,
+             hdf5: bool = False) -> dict:
     """Runs in the child: start, two epochs, end, peak descriptors. ``cold``: the files' pages
     are dropped from the page cache first (``posix_fadvise(DONTNEED)`` on these files only),
     as for files just staged or read from a parallel filesystem (the start's check pass,
-    without layout records, reads each file's metadata back)."""
+    without layout records, reads each file's metadata back). ``hdf5``: every read through
+    HDF5 (``H5Source(direct=False)``: how compressed files were read before chunkio decoded
+    their chunks)."""
     from payloads.runtime.pipeline.cache import BlockCache
     from payloads.runtime.pipeline.h5source import H5Source, open_files, use_layouts
     from payloads.runtime.pipeline.inputs import ShardedLoader
@@ -119,7 +125,7 @@ def one_case(paths: list[str], sidecar: str | None = None, cold: bool = False) -
     pool = open_files()
     t0 = time.perf_counter()
     use_layouts([sidecar] if sidecar else [])
-    src = H5Source(paths, ["x", "y"])
+    src = H5Source(paths, ["x", "y"], direct=not hdf5)
     cache = BlockCache(1024 << 20)  # the trial's default training.options.cache_budget_mb
     ld = ShardedLoader(src, ["x"], "y", batch=512, seed=1, window=8, prefetch=8, cache=cache)
     it = ld.batches([0])
@@ -147,6 +153,7 @@ def one_case(paths: list[str], sidecar: str | None = None, cold: bool = False) -
             "cache_hit_rate": cache.stats()["hit_rate"],
             "shuffle_cycle": src.shuffle_cycle, "rlimit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             "layouts": bool(sidecar), "opened_at_start": src.check_opened,
+            "reads": "hdf5" if hdf5 else ("direct" if src.all_direct else "hdf5 (filter)"),
             "load_avg": round(os.getloadavg()[0], 1)}
 
 
@@ -188,12 +195,16 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--layouts", choices=("both", "off", "on"), default="both")
     ap.add_argument("--pages", choices=("both", "hot", "cold"), default="both")
+    ap.add_argument("--compression", choices=("none", "gzip"), default="none")
+    ap.add_argument("--readers", choices=("direct", "hdf5", "both"), default="direct",
+                    help="hdf5: every read through HDF5, as compressed files were read before")
+    ap.add_argument("--hdf5", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sidecar", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child is not None:
-        print(json.dumps(one_case(json.loads(a.child.read_text()), a.sidecar, a.cold)))
+        print(json.dumps(one_case(json.loads(a.child.read_text()), a.sidecar, a.cold, a.hdf5)))
         return
     base = a.dir or Path(tempfile.gettempdir()) / "gridml-many-files"
     results = []
@@ -201,22 +212,25 @@ def main() -> None:
     chunk = a.rows // max(cases)  # the same blocks in every case: the file count alone differs
     modes = {"both": (False, True), "off": (False,), "on": (True,)}[a.layouts]
     pages = {"both": (False, True), "hot": (False,), "cold": (True,)}[a.pages]
+    readers = {"both": (False, True), "direct": (False,), "hdf5": (True,)}[a.readers]
+    gz = a.compression == "gzip"
     for files in cases:
         t = time.perf_counter()
-        paths = write(base / f"{files}-{chunk}", a.rows, files, chunk)
-        lst = base / f"{files}-{chunk}.json"
+        name = f"{files}-{chunk}" + ("-gz" if gz else "")
+        paths = write(base / name, a.rows, files, chunk, gz)
+        lst = base / f"{name}.json"
         lst.write_text(json.dumps(paths))
         wrote = time.perf_counter() - t
         sidecar, record_s = None, None
-        for with_layouts, cold in [(m, c) for m in modes for c in pages]:
-            extra: list[str] = ["--cold"] if cold else []
+        for with_layouts, cold, hdf5 in [(m, c, h) for m in modes for c in pages for h in readers]:
+            extra: list[str] = (["--cold"] if cold else []) + (["--hdf5"] if hdf5 else [])
             if with_layouts and sidecar is None:
                 from payloads.runtime.pipeline import layouts
 
                 t = time.perf_counter()
                 recs = [(p, layouts.make_record(p)) for p in paths]  # what `data put` records
                 record_s = round(time.perf_counter() - t, 2)
-                sidecar = layouts.write_sidecar(base / f"{files}-{chunk}-inputs", "user.bench:ds",
+                sidecar = layouts.write_sidecar(base / f"{name}-inputs", "user.bench:ds",
                                                 recs)
             if with_layouts:
                 extra += ["--sidecar", str(sidecar)]
@@ -232,7 +246,7 @@ def main() -> None:
             print(json.dumps(r), flush=True)
     for r in results:
         ref = next(x for x in results if x["layouts"] == r["layouts"]
-                   and x["pages"] == r["pages"])  # the fewest files
+                   and x["pages"] == r["pages"] and x["reads"] == r["reads"])  # the fewest files
         r["start_end_over_ref_s"] = round(r["start_s"] + r["end_s"] - ref["start_s"] - ref["end_s"], 2)
         r["throughput_vs_ref"] = round(r["rows_per_s"] / ref["rows_per_s"], 2)
         r["epoch2_vs_ref"] = round(r["epoch2_rows_per_s"] / ref["epoch2_rows_per_s"], 2)
@@ -242,7 +256,8 @@ def main() -> None:
     q = {f"{files} files x {k} blocks": shuffle_quality(files, k, cycle)
          for files, k in ((big["files"], max(1, (a.rows // big["files"] + 1023) // 1024)),
                           (2500, 4))}
-    doc = {"rows": a.rows, "chunk_rows": chunk, "limit": LIMIT, "cases": results,
+    doc = {"rows": a.rows, "chunk_rows": chunk, "limit": LIMIT, "compression": a.compression,
+           "cases": results,
            "shuffle_quality": q}
     print(json.dumps(doc, indent=1))
     if a.json:

@@ -135,8 +135,9 @@ def trial_document(loaded: LoadedSpec, study: Study, trial: Trial, *, train: lis
         # a few heartbeats per timeout, so a healthy trial is never taken for a hung one
         heartbeat_s=max(1, min(30, parse_walltime(spec.backend.heartbeat_timeout) // 3)),
         early_stopping=spec.search.early_stopping is not None,
+        # the inputs once, beside the paths (provenance.json takes them from there: outputs.py)
         provenance={"spec": loaded.resolved(), "spec_hash": loaded.hash,
-                    "gridml_version": __version__, "git": git, "inputs": list(inputs)})
+                    "gridml_version": __version__, "git": git})
 
 
 def plan(loaded: LoadedSpec, study: Study, trial: Trial, workdir: Path, *, train: list[str],

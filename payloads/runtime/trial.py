@@ -167,7 +167,13 @@ class TrialDoc:
         return doc
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True)
+        """Indented for a reader; compact (C encoder, ~10x faster than the indenting one)
+        for a trial over more than 1,000 input files, whose paths and inputs nobody reads by eye."""
+        doc = self.to_json()
+        files = sum(len(doc["data"].get(k) or ()) for k in ("train", "validation", "test"))
+        if files > 1000:
+            return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        return json.dumps(doc, indent=2, sort_keys=True)
 
     def replace(self, **changes: Any) -> TrialDoc:
         return dataclasses.replace(self, **changes)

@@ -1,4 +1,5 @@
-"""Direct (preadv) reads of unfiltered HDF5 data and the loader's recycled slab buffers."""
+"""Direct reads of HDF5 data (preadv; zlib for shuffle/deflate chunks) and the loader's recycled
+slab buffers."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ def _write(path: Path, n: int, userblock: int = 0, **kw) -> dict[str, np.ndarray
     (dict(chunks=(100, 4, 3)), True),       # chunked, a partial last chunk
     ({}, True),                              # contiguous
     (dict(chunks=True), False),              # h5py's guess: chunks that cut rows -> HDF5
-    (dict(chunks=(100, 4, 3), compression="gzip"), False),
-    (dict(chunks=(100, 4, 3), shuffle=True), False),
+    (dict(chunks=(100, 4, 3), compression="gzip"), True),     # deflate: pread + zlib
+    (dict(chunks=(100, 4, 3), shuffle=True), True),
+    (dict(chunks=(100, 4, 3), compression="gzip", shuffle=True), True),  # demo-data's layout
+    (dict(chunks=(100, 4, 3), compression="lzf"), False),     # a filter only HDF5 decodes
+    (dict(chunks=(100, 4, 3), compression="gzip", fletcher32=True), False),
 ])
 def test_direct_reads_equal_hdf5_reads(tmp_path: Path, kw: dict, direct: bool) -> None:
     if kw.get("chunks") is True:
@@ -63,6 +67,23 @@ def test_user_block_big_endian_and_integers_read_correctly(tmp_path: Path) -> No
         for n, a in data.items():
             np.testing.assert_array_equal(got[n], a[block.start:block.stop])
     assert src.read(src.blocks[0])["b"].dtype == np.dtype(">f4")
+    src.close()
+
+
+def test_a_damaged_compressed_chunk_names_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "z.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("x", data=np.arange(4000, dtype=np.float32).reshape(500, 8),
+                         chunks=(100, 8), compression="gzip", shuffle=True)
+        off = f["x"].id.get_chunk_info(2).byte_offset
+    with open(p, "r+b") as fh:  # garble the third chunk's deflate stream
+        fh.seek(off + 2)
+        fh.write(b"\xff" * 16)
+    src = H5Source([str(p)], ["x"])
+    assert src.direct[0]["x"] is not None and src.direct[0]["x"].filters == ("shuffle", "deflate")
+    np.testing.assert_array_equal(src.read(src.blocks[0])["x"][:2].ravel(), np.arange(16))
+    with pytest.raises(InputDataError, match=r"z\.h5: cannot read rows 200-300"):
+        src.read(src.blocks[2])
     src.close()
 
 
@@ -145,7 +166,8 @@ def test_recycled_buffers_are_reused_not_reallocated(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kw, direct", [(dict(chunks=(100, 2)), True),
-                                        (dict(chunks=(100, 2), compression="gzip"), False)])
+                                        (dict(chunks=(100, 2), compression="gzip"), True),
+                                        (dict(chunks=(100, 2), compression="lzf"), False)])
 def test_all_direct_says_whether_there_is_anything_to_decode(tmp_path: Path, kw: dict,
                                                             direct: bool) -> None:
     p = tmp_path / "a.h5"

@@ -158,6 +158,38 @@ def test_records_and_sidecars(tmp_path: Path) -> None:
     assert src.check_opened == 3 and src.check_from_records == 0
 
 
+def test_compressed_files_are_read_from_their_records_without_hdf5(tmp_path: Path) -> None:
+    """gzip + shuffle chunks (demo-data's layout): the record (version 2) holds each chunk's
+    offset, stored size and the filters; the payload reads the rows with pread + zlib, opening
+    only the first file in HDF5, and gets what HDF5 reads; a version-1 reader would not trust it."""
+    paths = []
+    for k in range(12):
+        ids = 1000 * k + np.arange(30)
+        with h5py.File(tmp_path / f"z{k}.h5", "w") as f:
+            f.create_dataset("x", data=np.repeat(ids[:, None], 3, 1).astype(np.float32),
+                             chunks=(8, 3), compression="gzip", shuffle=True)
+            f.create_dataset("y", data=ids.astype(np.int64), chunks=(8,), compression="gzip")
+        paths.append(str(tmp_path / f"z{k}.h5"))
+    recs = {p: layouts.make_record(p) for p in paths}
+    rec = recs[paths[3]]
+    assert rec is not None and rec["v"] == 2 and rec["v"] not in (1,)
+    direct = rec["datasets"]["x"]["direct"]
+    assert direct["filters"] == ["shuffle", "deflate"] and direct["itemsize"] == 4
+    assert len(layouts.decode_offsets(direct["sizes"])) == 4  # 30 rows in chunks of 8
+    pool = OpenFiles(4)
+    src = H5Source(paths, ["x", "y"], pool=pool, records=recs)  # type: ignore[arg-type]
+    assert (src.check_opened, src.check_from_records) == (1, 11) and src.all_direct
+    opens = pool.opens
+    for b in src.blocks:
+        got = src.read(b)
+        k = int(Path(paths[b.file]).stem[1:])
+        assert (got["y"] == 1000 * k + np.arange(b.start, b.stop)).all()
+        assert (got["x"][:, 1] == got["y"]).all()
+    assert all(e.fid is None for e in pool._d.values())  # bare descriptors: no HDF5 open
+    assert pool.opens - opens <= len(paths)
+    src.close()
+
+
 def test_a_campaign_names_the_sidecars_in_trial_json(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller's stage-in (local store, an executor that does not stage itself) writes

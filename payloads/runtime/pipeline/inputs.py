@@ -15,8 +15,9 @@ Three stages, bounded queues between them:
    page in a VM, a quarter of a second for a trial's buffers);
 3. consumer (training): takes slabs; the time it is blocked there is the input wait.
 
-Unfiltered data is read with ``preadv`` (:mod:`payloads.runtime.pipeline.chunkio`), which releases the
-GIL; other data through h5py, which holds its lock (and the GIL) while it reads and decodes.
+Unfiltered data, and chunks compressed with HDF5's shuffle/deflate, are read without HDF5
+(:mod:`payloads.runtime.pipeline.chunkio`: ``preadv``, and ``zlib``, both releasing the GIL);
+other data through h5py, which holds its lock (and the GIL) while it reads and decodes.
 """
 
 from __future__ import annotations

@@ -10,9 +10,13 @@ A record (JSON, in the file DID's catalog metadata under ``layout``)::
                                    "chunk_rows": 20, "row_bytes": 40}},
                   ...}}
 
-``direct`` is there for data that :mod:`chunkio` reads with ``preadv`` (unfiltered, whole rows
-per chunk; offsets confirmed by HDF5 when the record is made), else null (HDF5 reads it).
-Offsets evenly spaced (a file written in one go) are stored as start/step/count.
+``direct`` is there for data that :mod:`chunkio` reads itself (whole rows per chunk; offsets
+confirmed by HDF5 when the record is made), else null (HDF5 reads it). Offsets evenly spaced (a
+file written in one go) are stored as start/step/count. Compressed chunks (HDF5's shuffle and
+deflate filters) add ``"sizes"`` (each chunk's stored bytes, encoded as the offsets), ``"filters"``
+(e.g. ``["shuffle", "deflate"]``, in HDF5's writing order) and ``"itemsize"``; a record with
+such an entry is version 2 (``"v": 2``), which payloads of version 1 do not trust (they open
+those files, as without a record), so an older payload never reads compressed bytes as raw.
 
 The controller writes one sidecar per input dataset into the study's ``inputs/`` folder
 (:func:`write_sidecar`, at stage-in: the local store, shared with Slurm's nodes), trial.json
@@ -36,6 +40,7 @@ from typing import Any
 import numpy as np
 
 VERSION = 1
+VERSIONS = (1, 2)  # what this payload reads; 2: a record with compressed direct entries
 SIDECAR_FORMAT = "gridml-layouts/1"
 MAX_DATASETS = 256  # a file with more datasets gets no record (opened at start as before)
 
@@ -68,7 +73,8 @@ def make_record(path: str | Path) -> dict[str, Any] | None:
             datasets = {n: _dataset(f[n], fd) for n in names}
     except Exception:  # a damaged file is named at the trial's start, as without a record
         return None
-    return {"v": VERSION, "bytes": size, "datasets": datasets}
+    filtered = any((d.get("direct") or {}).get("filters") for d in datasets.values())
+    return {"v": 2 if filtered else VERSION, "bytes": size, "datasets": datasets}
 
 
 def _vfd(f: Any) -> int:
@@ -90,6 +96,9 @@ def _dataset(d: Any, fd: int) -> dict[str, Any]:
         if r is not None:
             rec["direct"] = {"offsets": encode_offsets(r.offsets), "chunk_rows": int(r.chunk_rows),
                              "row_bytes": int(r.row_bytes)}
+            if r.sizes is not None:
+                rec["direct"].update(sizes=encode_offsets(r.sizes), filters=list(r.filters),
+                                     itemsize=int(r.itemsize))
     return rec
 
 
