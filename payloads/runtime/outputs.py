@@ -18,10 +18,15 @@ log = logging.getLogger("gridml.payload")
 
 
 def write_json(path: Path, obj: Any) -> Path:
-    """Write JSON atomically (temporary file, fsync, rename)."""
+    """Write JSON atomically (temporary file, fsync, rename); indented for a reader, compact
+    above 1 MB (a trial over 10,000 input files: the indenting encoder is pure Python, ~10x
+    slower than the C one, seconds at the end of every trial)."""
     tmp = path.with_name(path.name + ".tmp")
+    text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+    if len(text) < 2**20:
+        text = json.dumps(obj, indent=2, sort_keys=True, default=str)
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True, default=str)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

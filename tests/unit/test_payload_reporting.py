@@ -191,3 +191,18 @@ def test_core_on_other_ranks_and_without_checkpoints(tmp_path: Path) -> None:
     assert core.end_epoch(1, {"loss": 1.0}, {}) is False  # rank 1 builds no report
     assert asked == [(False, "")] and core.stop_reason == "the server asked to stop"
     assert core.should_stop(3) is False and len(asked) == 1  # the last epoch asks nothing
+
+
+def test_json_outputs_are_indented_and_compact_when_big(tmp_path: Path) -> None:
+    """provenance.json of a trial over 10,000 files: written compact (the C encoder) above 1 MB,
+    indented below; the same document either way."""
+    from payloads.runtime.outputs import write_json
+
+    small = {"b": [1, 2], "a": {"x": 1.5}}
+    text = write_json(tmp_path / "s.json", small).read_text()
+    assert "\n  " in text and json.loads(text) == small
+    big = {"inputs": [{"did": f"user.me:f{i:05d}.h5", "adler32": "0a1b2c3d", "bytes": i}
+                      for i in range(20_000)], "when": Path("/x")}
+    text = write_json(tmp_path / "b.json", big).read_text()
+    assert "\n" not in text and len(text) > 2**20
+    assert json.loads(text) == {**big, "when": "/x"}  # default=str as before
