@@ -173,3 +173,31 @@ class JsonHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+# A one-layer torch model whose every training step pauses: real torchrun payloads (torch starts
+# at half TensorFlow's cost) whose epochs last long enough for a test to act while a trial trains
+# (kill, freeze, interrupt it), whatever the machine's speed.
+_SLOW_TORCH_MODEL = """
+import time
+from torch import nn
+
+
+class Slow(nn.Linear):
+    def forward(self, x):
+        if self.training:
+            time.sleep({pause_s})
+        return super().forward(x)
+
+
+def build_model(hparams, input_shape):
+    return Slow(int(input_shape[0]), 1)
+"""
+
+
+def slow_torch_payload(folder: Path, pause_s: float = 0.03) -> str:
+    """The ``payload:`` section (YAML text, for ``write_spec``) of a torch model written to
+    ``folder``: one linear layer whose training steps each sleep ``pause_s`` (validation does not)."""
+    model = folder / "slow_linear.py"
+    model.write_text(_SLOW_TORCH_MODEL.format(pause_s=pause_s))
+    return f"payload:\n  framework: torch\n  model: {model}\n"

@@ -1,4 +1,11 @@
-"""Crashes and Ctrl-C: no reported metric lost, no trial submitted twice (real campaigns)."""
+"""Crashes and Ctrl-C: no reported metric lost, no trial submitted twice (real campaigns).
+
+The payload is a real torch one (torchrun, one rank) whose training steps pause (tests/helpers.py
+slow_torch_payload): the trials are surely training when the test interrupts or kills the
+controller, and they start at torch's cost, not TensorFlow's
+(~7 s of CPU a rank, twice that with two ranks). What is tested is the controller's and the
+local executor's, whatever the framework; the Keras payload runs in tests/e2e/test_campaign.py.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (ROOT, gridml, gridml_json, make_registered_sample_data, start_gridml,
-                           wait_for, write_spec)
+from tests.helpers import (ROOT, gridml, gridml_json, make_registered_sample_data,
+                           slow_torch_payload, start_gridml, wait_for, write_spec)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -18,9 +25,10 @@ TRAINING = """\
 training:
   epochs: 3
   batch_size: 64
-  workers: 2
+  workers: 1
   metrics: [accuracy]
 """
+RESOURCES = "resources: {cores: 1, gpus: 0, memory_gb: 2, walltime: 20m}\n"
 
 
 def start_submit(spec: Path) -> subprocess.Popen[str]:
@@ -52,7 +60,7 @@ def payload_processes(home: Path) -> list[int]:
 
 
 @pytest.fixture
-def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, str]:
+def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, needs_torch: None) -> tuple[Path, str, str]:
     monkeypatch.setenv("GRIDML_HOME", str(tmp_path / "home"))
     train, val = make_registered_sample_data(tmp_path, n_train=3000, n_val=600)
     return tmp_path, train, val
@@ -65,6 +73,7 @@ def epochs_of(study: str, number: int) -> list[int]:
 def test_ctrl_c_stops_every_trial_and_resume_finishes(data: tuple[Path, str, str]) -> None:
     tmp, train, val = data
     spec = write_spec(tmp / "spec.yaml", "intr", train, val, training=TRAINING,
+                      resources=RESOURCES, payload=slow_torch_payload(tmp, 0.05),
                       search=Path(ROOT / "tests" / "e2e" / "search_random_2.yaml").read_text())
     proc = start_submit(spec)
     wait_status("intr", lambda d: sum(t["state"] == "running" for t in d["trials"]) == 2)
@@ -86,7 +95,10 @@ def test_ctrl_c_stops_every_trial_and_resume_finishes(data: tuple[Path, str, str
 
 def test_controller_killed_hard_then_resumed_runs_no_trial_twice(data: tuple[Path, str, str]) -> None:
     tmp, train, val = data
+    # epochs of ~5 s: the killed controller's trials are still training when `gridml resume`
+    # (a few seconds to start on a busy machine) re-attaches to them
     spec = write_spec(tmp / "spec.yaml", "crash", train, val, training=TRAINING,
+                      resources=RESOURCES, payload=slow_torch_payload(tmp, 0.1),
                       search=Path(ROOT / "tests" / "e2e" / "search_random_2.yaml").read_text()
                       .replace("max_trials: 2", "max_trials: 3"))
     proc = start_submit(spec)
