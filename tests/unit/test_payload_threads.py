@@ -25,7 +25,7 @@ def test_plan_splits_cores_over_local_ranks(cores: int, ranks: int, per_rank: in
 # os.environ would slow every later test that starts a process).
 APPLIED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
            "BLIS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS",
-           "TF_CPP_MIN_LOG_LEVEL", "KMP_BLOCKTIME")
+           "TF_CPP_MIN_LOG_LEVEL", "KMP_BLOCKTIME", "OMP_WAIT_POLICY")
 
 
 def test_apply_env_caps_every_pool(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,6 +36,10 @@ def test_apply_env_caps_every_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     assert os.environ["OMP_NUM_THREADS"] == "1" and os.environ["MKL_NUM_THREADS"] == "1"
     assert os.environ["TF_NUM_INTRAOP_THREADS"] == "1"
     assert os.environ["TF_NUM_INTEROP_THREADS"] == "1"
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"  # libgomp's idle threads sleep (torch)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # a job's own choice is kept
+    threads.apply_env(threads.plan_threads(2, 2))
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
     changed = {k for k, v in os.environ.items() if before.get(k) != v}
     assert changed <= set(APPLIED), changed - set(APPLIED)  # every one is put back
 
