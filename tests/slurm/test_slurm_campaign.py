@@ -1,6 +1,9 @@
 """Campaigns on the real two-node Slurm cluster (scripts/slurm-cluster.sh): trials as batch jobs,
 one trial's ranks on both nodes, a lost node, walltime, Ctrl-C and kill -9 with resume, a bad
-partition. Small on purpose (tiny data, 1-2 epochs): CI has two cores."""
+partition. Small on purpose (tiny data, 1-2 epochs, 2 trials where a campaign needs several):
+CI has two cores, and every Keras rank pays TensorFlow's import. The walltime campaign cannot be
+shorter than Slurm's minute (plus its 30 s check): it is started with the lost-node test, and
+its sleeping job waits out its minute beside that test's and the Ctrl-C test's jobs."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +41,7 @@ def search(max_trials: int, parallel: int) -> str:
 
 @pytest.fixture
 def data(tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster) -> tuple[str, str]:
-    return make_registered_sample_data(tmp_path, n_train=1200, n_val=300, files=2)
+    return make_registered_sample_data(tmp_path, n_train=600, n_val=200, files=2)
 
 
 def spec_for(tmp_path: Path, name: str, data: tuple[str, str], cluster: SlurmCluster,
@@ -98,14 +102,15 @@ def finish(proc: subprocess.Popen[str], timeout: float = 900) -> str:
 
 
 def test_campaign_of_two_node_trials(data: tuple[str, str], tmp_path: Path, slurm_env: SlurmCluster) -> None:
-    """4 trials, each 2 ranks on 2 nodes (one per node), real TF + Horovod over MPI; metrics from
-    the spool (the nodes cannot reach the embedded API on loopback); the best model fetched."""
-    spec = spec_for(tmp_path, "slurm-two", data, slurm_env, 4, 2, **TWO_NODES)
+    """2 trials at once, each 2 ranks on 2 nodes (one per node), real TF + Horovod over MPI;
+    metrics from the spool (the nodes cannot reach the embedded API on loopback); the best model
+    fetched."""
+    spec = spec_for(tmp_path, "slurm-two", data, slurm_env, 2, 2, **TWO_NODES)
     t0 = time.time()
     gridml("submit", str(spec), "--quiet", timeout=1200)
     doc = gridml_json("status", "slurm-two")
     trials = doc["trials"]
-    assert [t["state"] for t in trials] == ["completed"] * 4, [(t["state"], t["error"]) for t in trials]
+    assert [t["state"] for t in trials] == ["completed"] * 2, [(t["state"], t["error"]) for t in trials]
     assert all(t["epochs_done"] == 2 and t["attempts"] == 1 for t in trials)
     for t in trials:
         assert t["external_id"].startswith("slurm:")
@@ -114,7 +119,7 @@ def test_campaign_of_two_node_trials(data: tuple[str, str], tmp_path: Path, slur
         nodes = set(re.findall(r"rank \d on node (n\d)", log))
         assert nodes == {"n1", "n2"}, log[-2000:]
     jobs = jobs_of(slurm_env, "gridml.slurm-two.")
-    assert sorted(jobs) == [f"gridml.slurm-two.trial-{n:04d}" for n in range(4)]
+    assert sorted(jobs) == [f"gridml.slurm-two.trial-{n:04d}" for n in range(2)]
     assert all(len(v) == 1 and v[0][1] == "COMPLETED" for v in jobs.values()), jobs
     out = tmp_path / "best"
     gridml("fetch", "slurm-two", "--best", "-o", str(out))
@@ -127,18 +132,45 @@ def test_campaign_of_two_node_trials(data: tuple[str, str], tmp_path: Path, slur
         one = gridml_json("status", "slurm-two", "--trial", str(t["number"]))
         print("\n", one["trial"], one["epochs"][0])
         break
-    print(f"\n[slurm] 4 two-node trials in {time.time() - t0:.0f} s {lags}")
+    print(f"\n[slurm] 2 two-node trials in {time.time() - t0:.0f} s {lags}")
 
 
-def test_a_lost_node_resubmits_without_using_a_retry(data: tuple[str, str], tmp_path: Path,
-                                                     slurm_env: SlurmCluster) -> None:
+@pytest.fixture(scope="module")
+def walltime_campaign(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: SlurmCluster
+                      ) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """(home, the submit) of a campaign whose one job outlasts its walltime (1 minute, Slurm's
+    least: the node's setup alone sleeps 10 min), submitted in the background with a home of its
+    own. Its job sleeps on one core of n1 (of 2 cores on each of 2 nodes): the lost-node and
+    Ctrl-C campaigns run beside it meanwhile (the lost node is n2)."""
+    tmp = tmp_path_factory.mktemp("slurm-time")
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setenv("GRIDML_HOME", str(tmp / "home"))
+        for key, value in slurm_cluster.env.items():
+            mp.setenv(key, value)
+        data = make_registered_sample_data(tmp, n_train=200, n_val=100, files=1)
+        sections = dict(ONE_NODE, resources="resources: {cores: 1, memory_gb: 1, walltime: 1m}\n")
+        spec = spec_for(tmp, "slurm-time", data, slurm_cluster, 1, 1,
+                        slurm=", setup: ['sleep 600'], options: {nodelist: n1}", **sections)
+        proc = start_submit(spec)  # the environment is the child's from here on
+    finally:
+        mp.undo()
+    yield tmp / "home", proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate(timeout=60)
+
+
+def test_a_lost_node_resubmits_without_using_a_retry(
+        data: tuple[str, str], tmp_path: Path, slurm_env: SlurmCluster,
+        walltime_campaign: tuple[Path, subprocess.Popen[str]]) -> None:
     """slurmd on n2 killed (with its processes) mid-trial: the job ends NODE_FAIL (or FAILED with
-    the node marked down), the trial is resubmitted as a new job although retries is 0."""
-    # n2 is stopped as soon as both ranks are up (before TensorFlow has even loaded): 10 epochs
-    # keep the first job running well past that; the resubmitted job runs them all
-    sections = dict(TWO_NODES, training="training: {epochs: 10, batch_size: 16, workers: 2, "
-                    "horovod: mpi, metrics: [accuracy]}\n")
-    spec = spec_for(tmp_path, "slurm-lost", data, slurm_env, 1, 1, **sections)
+    the node marked down), the trial is resubmitted as a new job although retries is 0.
+    (``walltime_campaign`` is only started here: its minute passes while this test runs.)"""
+    # n2 is stopped as soon as both ranks are up: their banner is echoed before python starts,
+    # so the first job is still importing TensorFlow (seconds) then, whatever its epochs; the
+    # resubmitted job runs them all (2, as the two-node campaign's)
+    spec = spec_for(tmp_path, "slurm-lost", data, slurm_env, 1, 1, **TWO_NODES)
     proc = start_submit(spec)
     try:
         wait_jobs(slurm_env, "gridml.slurm-lost.", ("RUNNING",), 1)
@@ -199,15 +231,12 @@ def test_ctrl_c_cancels_and_kill_9_resumes_without_a_job_twice(data: tuple[str, 
         assert [s for _, s in runs] == ["CANCELLED", "COMPLETED"], (name, runs)
 
 
-def test_a_job_over_its_walltime_fails_with_timeout(data: tuple[str, str], tmp_path: Path,
-                                                    slurm_env: SlurmCluster) -> None:
-    sections = dict(ONE_NODE, resources="resources: {cores: 1, memory_gb: 1, walltime: 1m}\n")
-    # the node's setup (slurm.setup) alone outlasts the walltime
-    spec = spec_for(tmp_path, "slurm-time", data, slurm_env, 1, 1, slurm=", setup: ['sleep 600']",
-                    **sections)
-    proc = gridml("submit", str(spec), "--quiet", timeout=600, check=False)
-    assert proc.returncode == 1 and "no trial completed" in proc.stderr, proc.stderr
-    trial = gridml_json("status", "slurm-time")["trials"][0]
+def test_a_job_over_its_walltime_fails_with_timeout(
+        slurm_env: SlurmCluster, walltime_campaign: tuple[Path, subprocess.Popen[str]]) -> None:
+    home, proc = walltime_campaign
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1 and "no trial completed" in err, (proc.returncode, err)
+    trial = gridml_json("status", "slurm-time", env={"GRIDML_HOME": str(home)})["trials"][0]
     assert trial["state"] == "failed" and trial["attempts"] == 1, trial
     assert re.match(r"Slurm job \d+ TIMEOUT on n\d: it hit its walltime", trial["error"]), trial["error"]
 
