@@ -128,13 +128,13 @@ def test_the_rule_prunes_a_slurm_trial_through_its_folder(
         search=("search:\n  algorithm: grid\n  objective: val_loss\n  max_trials: 2\n"
                 f"  parallel: 1\n  early_stopping: {rule}\n"
                 "  space:\n    mode: {type: categorical, choices: [learn, never]}\n"),
-        training="training: {epochs: 3, batch_size: 64, workers: 1, metrics: [accuracy]}\n",
+        training="training: {epochs: 2, batch_size: 64, workers: 1, metrics: [accuracy]}\n",
         resources="resources: {nodes: 1, cores: 1, memory_gb: 1, walltime: 20m}\n",
         backend="backend: {executor: slurm, data: local, server: embedded, retries: 0}\n",
         slurm=f"slurm: {{partition: {slurm_env.partition}}}\n")
     proc = start_gridml("submit", str(spec), "--quiet")
     out, err = proc.communicate(timeout=900)
-    trials = gridml_json("status", "slurm-prune")["trials"]
+    trials = gridml_json("status", "slurm-prune")["trials"]  # 2 epochs: pruned after 1 shows
     by_mode = {t["hparams"]["mode"]: t for t in trials}
     assert by_mode["learn"]["state"] == "completed", err[-3000:]
     # the node had no API: the decision came through decision.json, after epoch 1 as over HTTP
