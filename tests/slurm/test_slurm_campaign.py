@@ -63,10 +63,10 @@ def wait_jobs(cluster: SlurmCluster, prefix: str, states: tuple[str, ...], count
     """Wait until ``count`` jobs whose name starts with ``prefix`` are in one of ``states``."""
     rows: list[tuple[str, ...]] = []
 
-    def mine() -> list[tuple[str, str, str]] | None:
+    def mine() -> list[tuple[str, str, str]]:
         rows[:] = [tuple(line.split("|")) for line in cluster.squeue("-o", "%i|%j|%T").split()]
         found = [(r[0], r[1], r[2]) for r in rows if r[1].startswith(prefix) and r[2] in states]
-        return found if len(found) >= count else None
+        return found if len(found) >= count else []
 
     return wait_for(mine, timeout, lambda: f"{count} jobs {prefix}* in {states}: {rows}", interval=0.5)
 
@@ -127,7 +127,7 @@ def test_campaign_of_two_node_trials(data: tuple[str, str], tmp_path: Path, slur
     status = gridml("status", "slurm-two", env={"COLUMNS": "250"}).stdout
     assert re.search(r"\d+ COMPLETED", status), status  # the job column: "<job id> <Slurm state>"
     # submit -> first epoch stored (a figure for docs/hpc.md)
-    lags = []
+    lags: list[float] = []
     for t in trials:
         one = gridml_json("status", "slurm-two", "--trial", str(t["number"]))
         print("\n", one["trial"], one["epochs"][0])
