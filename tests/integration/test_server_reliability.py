@@ -1,7 +1,10 @@
 """No lost reports: `gridml serve` killed with SIGKILL during a real campaign, then restarted.
 
-The controller (gridml.controller.Campaign, local executor, real Horovod/TF payloads) runs in
-this process on the same database as a separate `gridml serve` the payloads post to. The server
+The controller (gridml.controller.Campaign, local executor, real torchrun payloads of a one-layer
+model whose training steps pause 30 ms: epochs of ~1 s, so the server dies while trials train,
+at torch's start cost, half TensorFlow's; the spool and the retries are the payloads' shared
+runtime, whatever the framework) runs in this process on the same database as a separate
+`gridml serve` the payloads post to. The server
 is killed twice mid-campaign; payloads spool and retry, the controller ingests spools, and at
 the end every epoch of every trial is in the store exactly once. SQLite and PostgreSQL.
 A hung trial (its processes frozen with SIGSTOP; a torch payload) is failed after the
@@ -51,21 +54,20 @@ def db_url(request, tmp_path, monkeypatch):
 
 
 def campaign(tmp_path, db_url: str, api_url: str, trials: int, backend: str = "",
-             payload: str = "", grace_s: float = 10.0):
+             grace_s: float = 10.0):
     """A Campaign of the lead's controller on ``db_url`` whose payloads post to ``api_url``
-    (``payload``: the spec's payload section, default the Keras one)."""
+    (the slow one-layer torch model of tests/helpers.py slow_torch_payload)."""
     from gridml import executors
     from gridml.controller import Campaign
     from gridml.data import open_data_manager
     from gridml.store import open_store
     from gridml.settings import settings
     from gridml.spec import load_spec
-    from tests.helpers import make_registered_sample_data, write_spec
+    from tests.helpers import make_registered_sample_data, slow_torch_payload, write_spec
 
     train, val = make_registered_sample_data(tmp_path, n_train=2000, n_val=400)
     extra = {"backend": backend} if backend else {}
-    if payload:
-        extra["payload"] = payload
+    extra["payload"] = slow_torch_payload(tmp_path)
     spec = write_spec(tmp_path / "spec.yaml", "reliable", train, val, training=TRAINING,
                       search=search(trials), resources=RESOURCES, **extra)
     data = open_data_manager("local")
@@ -73,7 +75,7 @@ def campaign(tmp_path, db_url: str, api_url: str, trials: int, backend: str = ""
     store = open_store(db_url)
     return Campaign(loaded, store, executors.create("local", grace_s=grace_s), data,
                     settings().runs_dir,
-                    api_url=api_url, poll_s=1.0), store
+                    api_url=api_url, poll_s=0.5), store
 
 
 def _kill_twice(server: ServerProcess, store, study_id: int, done: threading.Event) -> None:
@@ -89,7 +91,7 @@ def _kill_twice(server: ServerProcess, store, study_id: int, done: threading.Eve
 
 
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
-def test_server_killed_mid_campaign_loses_no_report(tmp_path, db_url):
+def test_server_killed_mid_campaign_loses_no_report(tmp_path, db_url, needs_torch):
     server = ServerProcess(db_url, log=tmp_path / "serve.log").start()
     camp, store = campaign(tmp_path, db_url, server.url, trials=4)
     done = threading.Event()
@@ -137,38 +139,18 @@ def _freeze_first_running(store, study_id: int, done: threading.Event, frozen: l
         time.sleep(0.3)
 
 
-# epochs of about a second (32 batches of 64 rows): the trial is still training when the freezer
-# sees its first epoch, as with the Keras payload's
-SLOW_TORCH_MODEL = """
-import time
-from torch import nn
-
-
-class Slow(nn.Linear):
-    def forward(self, x):
-        if self.training:
-            time.sleep(0.03)
-        return super().forward(x)
-
-
-def build_model(hparams, input_shape):
-    return Slow(int(input_shape[0]), 1)
-"""
-
-
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_hung_trial_fails_after_heartbeat_timeout_and_is_retried(tmp_path, db_url, needs_torch):
     # the torch payload (the heartbeat is the controller's, whatever the framework): it starts in
     # seconds where TensorFlow took ~20 s on a busy machine, so 45 s of silence (a beat every 15 s,
     # planner) is a hang, not a slow start (75 s with TF); the frozen processes take no SIGTERM:
     # the kill's grace is short
-    model = tmp_path / "slow_linear.py"
-    model.write_text(SLOW_TORCH_MODEL)
+    # epochs of about a second (32 batches of 64 rows): the trial is still training when the
+    # freezer sees its first epoch
     backend = "backend: {executor: local, data: local, server: embedded, heartbeat_timeout: 45, " \
               "retries: 1}\n"
     with ServerProcess(db_url, log=tmp_path / "serve.log") as server:
         camp, store = campaign(tmp_path, db_url, server.url, trials=1, backend=backend,
-                               payload=f"payload:\n  framework: torch\n  model: {model}\n",
                                grace_s=2.0)
         done, frozen = threading.Event(), []
         freezer = threading.Thread(target=_freeze_first_running,
