@@ -1,7 +1,8 @@
 """An external optimizer drives a real local campaign: `gridml submit` of a spec with
 search.algorithm external (real payloads, embedded API) and examples/external_skopt.py (a plain
 scikit-optimize loop speaking only HTTP) reading runs/<study>/api.json. Tiny: 4 trials of one
-epoch, 2 at a time.
+epoch, 2 at a time, of the torch example model (torch starts at half TensorFlow's cost; nothing
+here is the framework's).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, ROOT, gridml_json, make_registered_sample_data, wait_for, write_spec
+from tests.helpers import (BIN, ROOT, TORCH_PAYLOAD, gridml_json, make_registered_sample_data,
+                           wait_for, write_spec)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -47,12 +49,12 @@ def _wait_for_record(path: Path, submit: subprocess.Popen, timeout: float = 300)
     return wait_for(record, timeout, f"{path} to be written", interval=0.1)
 
 
-def test_external_skopt_drives_a_local_campaign(tmp_path: Path, monkeypatch) -> None:
+def test_external_skopt_drives_a_local_campaign(tmp_path: Path, monkeypatch, needs_torch) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("GRIDML_HOME", str(home))
     train, val = make_registered_sample_data(tmp_path, n_train=1500, n_val=500)
     spec = write_spec(tmp_path / "spec.yaml", "ext-e2e", train, val, search=SEARCH,
-                      training=TRAINING,
+                      training=TRAINING, payload=TORCH_PAYLOAD,
                       resources="resources: {cores: 1, gpus: 0, memory_gb: 2, walltime: 20m}\n")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     log = tmp_path / "submit.log"
