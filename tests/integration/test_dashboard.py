@@ -22,7 +22,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 
 @pytest.fixture(scope="module")
 def campaign_home(tmp_path_factory):
-    """GRIDML_HOME after `gridml submit` of 3 trials x 2 epochs (1 rank each, 2 at once)."""
+    """GRIDML_HOME after `gridml submit` of 3 trials x 2 epochs (1 rank each, all 3 at once:
+    one wave of trials). The Keras payload: the ROC overlay's curves are its probabilities."""
     from tests.helpers import gridml, make_registered_sample_data, write_spec
 
     tmp = tmp_path_factory.mktemp("dash")
@@ -35,7 +36,7 @@ def campaign_home(tmp_path_factory):
           algorithm: random
           objective: val_loss
           max_trials: 3
-          parallel: 2
+          parallel: 3
           seed: 5
           space:
             learning_rate: {type: real, low: 1.0e-3, high: 3.0e-2, log: true}
@@ -72,6 +73,20 @@ def _wait(browser, condition, timeout: float = 15):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(browser, timeout).until(condition)
+
+
+def _read(browser, read, timeout: float = 15):
+    """``read(browser)``, read again where the page redrew meanwhile: the dashboard re-renders
+    its panels on its polls, so an element found a moment ago may be stale when read."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def attempt(b):
+        try:
+            return (read(b),)
+        except StaleElementReferenceException:
+            return None
+
+    return _wait(browser, attempt, timeout)[0]
 
 
 def test_dashboard_renders_campaign_and_shows_curves(campaign_home, browser, tmp_path):
@@ -175,8 +190,10 @@ def _updates_live(browser, url: str, db_url: str) -> None:
 @pytest.fixture(scope="module")
 def pareto_home(tmp_path_factory):
     """GRIDML_HOME after a 5-trial, 1-epoch campaign with two objectives (val_loss and the
-    payload's inference_ms) and a constraint on n_params."""
-    from tests.helpers import gridml, make_registered_sample_data, write_spec
+    payload's inference_ms) and a constraint on n_params. The torch example model (its payload
+    measures the same cost metrics; a trial starts at half TensorFlow's cost), 3 at a time."""
+    pytest.importorskip("torch")
+    from tests.helpers import TORCH_PAYLOAD, gridml, make_registered_sample_data, write_spec
 
     tmp = tmp_path_factory.mktemp("pareto")
     mp = pytest.MonkeyPatch()
@@ -190,13 +207,14 @@ def pareto_home(tmp_path_factory):
                        {metric: inference_ms, direction: minimize}]
           constraints: ["n_params >= 1"]
           max_trials: 5
-          parallel: 2
+          parallel: 3
           seed: 7
           space:
             learning_rate: {type: real, low: 1.0e-3, high: 3.0e-2, log: true}
             units: {type: int, low: 4, high: 64}
         """)
     spec = write_spec(tmp / "spec.yaml", "pareto", train, val, training=training, search=search,
+                      payload=TORCH_PAYLOAD,
                       resources="resources: {cores: 1, gpus: 0, memory_gb: 2, walltime: 20m}\n")
     proc = gridml("submit", str(spec), "--quiet", timeout=900)
     assert "Pareto front: trials" in proc.stdout
@@ -240,19 +258,28 @@ def test_pareto_front_in_cli_and_dashboard(pareto_home, browser, tmp_path):
     url = f"sqlite:///{pareto_home / 'home' / 'gridml.db'}"
     with ServerProcess(url, log=tmp_path / "serve.log") as server:
         browser.get(f"{server.url}/#study=pareto")
-        points = _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#pareto circle")
-                       if len(b.find_elements(By.CSS_SELECTOR, "#pareto circle")) == 5 else None)
-        marked = sorted(int(p.get_attribute("data-trial")) for p in points
-                        if "pareto-point" in p.get_attribute("class"))
+        _wait(browser, lambda b: len(b.find_elements(By.CSS_SELECTOR, "#pareto circle")) == 5)
+
+        def front(b):  # the points, their marks and titles, read from one rendering
+            points = b.find_elements(By.CSS_SELECTOR, "#pareto circle")
+            return (sorted(int(p.get_attribute("data-trial")) for p in points
+                           if "pareto-point" in p.get_attribute("class")),
+                    [p.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+                     for p in points])
+
+        marked, titles = _read(browser, front)
         assert marked == numbers
-        titles = [p.find_element(By.TAG_NAME, "title").get_attribute("textContent") for p in points]
         assert all(t.startswith("trial ") and "inference_ms = " in t for t in titles)
-        labels = browser.find_elements(By.CSS_SELECTOR, "#pareto text.pareto-label")
-        assert sorted(lb.text for lb in labels) == sorted(f"#{k}" for k in numbers)
+        labels = _read(browser, lambda b: sorted(
+            lb.text for lb in b.find_elements(By.CSS_SELECTOR, "#pareto text.pareto-label")))
+        assert labels == sorted(f"#{k}" for k in numbers)
         assert "Pareto front: trials" in browser.find_element(By.ID, "summary").text
-        bars = _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#importance rect.importance-bar"))
-        assert {b.get_attribute("data-param") for b in bars} <= {"learning_rate", "units"}
-        assert abs(sum(float(b.get_attribute("data-share")) for b in bars) - 1) < 1e-6
+        _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#importance rect.importance-bar"))
+        bars = _read(browser, lambda b: [
+            (x.get_attribute("data-param"), float(x.get_attribute("data-share")))
+            for x in b.find_elements(By.CSS_SELECTOR, "#importance rect.importance-bar")])
+        assert {param for param, _ in bars} <= {"learning_rate", "units"}
+        assert abs(sum(share for _, share in bars) - 1) < 1e-6
         # (the last test's page polled a server that is gone now: its errors are not this page's)
         severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"
                   and server.url in e.get("message", "")]
