@@ -107,6 +107,7 @@ def one_case(paths: list[str], sidecar: str | None = None, cold: bool = False,
     from payloads.runtime.pipeline.cache import BlockCache
     from payloads.runtime.pipeline.h5source import H5Source, open_files, use_layouts
     from payloads.runtime.pipeline.inputs import ShardedLoader
+    from payloads.runtime.session import shuffle_window
 
     peak, stop = [_fds()], threading.Event()
 
@@ -127,7 +128,8 @@ def one_case(paths: list[str], sidecar: str | None = None, cold: bool = False,
     use_layouts([sidecar] if sidecar else [])
     src = H5Source(paths, ["x", "y"], direct=not hdf5)
     cache = BlockCache(1024 << 20)  # the trial's default training.options.cache_budget_mb
-    ld = ShardedLoader(src, ["x"], "y", batch=512, seed=1, window=8, prefetch=8, cache=cache)
+    window = shuffle_window(8, src.block_rows, 4 * (FEATURES + 1))  # as the payload sizes it
+    ld = ShardedLoader(src, ["x"], "y", batch=512, seed=1, window=window, prefetch=8, cache=cache)
     it = ld.batches([0])
     rows = len(next(it)[1])
     t_start = time.perf_counter() - t0
@@ -153,7 +155,7 @@ def one_case(paths: list[str], sidecar: str | None = None, cold: bool = False,
             "cache_hit_rate": cache.stats()["hit_rate"],
             "shuffle_cycle": src.shuffle_cycle, "rlimit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             "layouts": bool(sidecar), "opened_at_start": src.check_opened,
-            "reads": "hdf5" if hdf5 else ("direct" if src.all_direct else "hdf5 (filter)"),
+            "window_blocks": window, "reads": "hdf5" if hdf5 else ("direct" if src.all_direct else "hdf5 (filter)"),
             "load_avg": round(os.getloadavg()[0], 1)}
 
 

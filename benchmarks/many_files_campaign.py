@@ -12,6 +12,7 @@ both; each set put with `gridml data put` (which records the files' layouts, as 
 files are). ``--pages cold`` drops the training files' pages before each campaign.
 
     python benchmarks/many_files_campaign.py [--rows 200000] [--files 10,10000] [--json out.json]
+                                             [--home DIR]   (DIR kept: a rerun reuses its data)
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def recut(src: list[Path], out: Path, files: int) -> list[Path]:
 
 SPEC = """name: {name}
 payload: {{framework: torch, model: {model}}}
-data: {{train: "user.bench:{name}.train", validation: "user.bench:val", features: x, labels: y}}
+data: {{train: "user.bench:train{files}", validation: "user.bench:val", features: x, labels: y}}
 training: {{epochs: 2, batch_size: 256, loss: binary_crossentropy, metrics: [accuracy, auc], workers: 1}}
 search:
   algorithm: random
@@ -87,6 +88,28 @@ resources: {{cores: 2, gpus: 0, memory_gb: 4, walltime: 1h, container: null}}
 backend: {{executor: local, data: local, server: embedded}}
 output: {{dataset: "user.bench:{name}.out"}}
 """
+
+
+def phases(trial_dir: Path, started: str, epochs: list[float]) -> dict[str, float]:
+    """Where the time outside the epochs went: the controller (the trial started -> its
+    trial.json written: the campaign's stage-in, once per campaign, falls in the first trial's),
+    the payload's start (its process started -> training begins) and its end (the last epoch's
+    end -> its exit code written). From the files' times and the log (seconds: +-1 s)."""
+    from datetime import datetime
+
+    start = datetime.fromisoformat(started).timestamp()
+    attempt = trial_dir / "attempt-1"
+    pid_t = (attempt / "pid").stat().st_mtime
+    lines = [ln for ln in (attempt / "payload.log").read_text().splitlines() if "] epoch " in ln]
+    day = datetime.fromtimestamp(pid_t).date()
+
+    def at(line: str) -> float:
+        return datetime.combine(day, datetime.strptime(line[:8], "%H:%M:%S").time()).timestamp()
+
+    first_end, last_end = at(lines[0]), at(lines[-1])
+    return {"controller_s": round((trial_dir / "trial.json").stat().st_mtime - start, 1),
+            "payload_start_s": round(first_end - epochs[0] - pid_t, 1),
+            "payload_end_s": round((attempt / "exit_code").stat().st_mtime - last_end, 1)}
 
 
 def drop_pages(paths: list[Path]) -> None:
@@ -103,23 +126,32 @@ def main() -> None:
     ap.add_argument("--files", default="10,10000")
     ap.add_argument("--pages", choices=("hot", "cold"), default="hot")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--home", type=Path, default=None)
     a = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="gridml-mfc-"))
+    home = a.home or Path(tempfile.mkdtemp(prefix="gridml-mfc-"))
+    home.mkdir(parents=True, exist_ok=True)
     demo = home / "demo"
-    gridml(home, "demo-data", "--out", str(demo), "--n-train", str(a.rows), "--n-val",
-           str(a.val_rows), "--files", "10", "--no-register")
+    done = home / "datasets.json"  # the datasets put by an earlier run with this home
+    have: list[int] = json.loads(done.read_text()) if done.is_file() else []
+    if not demo.is_dir():
+        gridml(home, "demo-data", "--out", str(demo), "--n-train", str(a.rows), "--n-val",
+               str(a.val_rows), "--files", "10", "--no-register")
+        gridml(home, "data", "put", *map(str, sorted(demo.glob("*val*.h5"))), "--dataset",
+               "user.bench:val")
     trains = sorted(demo.glob("*train*.h5"))
-    vals = sorted(demo.glob("*val*.h5"))
-    gridml(home, "data", "put", *map(str, vals), "--dataset", "user.bench:val")
     results: list[dict[str, Any]] = []
+    stamp = time.strftime("%H%M%S")
     for files in [int(f) for f in a.files.split(",")]:
-        name = f"mf{files}"
+        name = f"mf{files}-{stamp}"
         t = time.perf_counter()
-        paths = trains if files == len(trains) else recut(trains, home / name, files)
-        gridml(home, "data", "put", *map(str, paths), "--dataset", f"user.bench:{name}.train")
+        if files not in have:
+            paths = trains if files == len(trains) else recut(trains, home / f"f{files}", files)
+            gridml(home, "data", "put", *map(str, paths), "--dataset", f"user.bench:train{files}")
+            done.write_text(json.dumps(have := have + [files]))
         put_s = time.perf_counter() - t
         spec = home / f"{name}.yaml"
-        spec.write_text(SPEC.format(name=name, model=ROOT / "examples" / "models" / "deepsets_torch.py"))
+        spec.write_text(SPEC.format(name=name, files=files,
+                                    model=ROOT / "examples" / "models" / "deepsets_torch.py"))
         if a.pages == "cold":
             drop_pages(sorted((home / "store").rglob("*.h5")))
         t = time.perf_counter()
@@ -132,9 +164,10 @@ def main() -> None:
         span = (datetime.fromisoformat(trial["finished"])
                 - datetime.fromisoformat(trial["started"])).total_seconds()
         ep = [e["epoch_time"] for e in epochs]
+        parts = phases(home / "runs" / name / "trial-0000", trial["started"], ep)
         r = {"files": files, "state": trial["state"], "campaign_s": round(wall, 1),
              "trial_s": round(span, 1), "epoch_s": [round(v, 1) for v in ep],
-             "outside_epochs_s": round(span - sum(ep), 1),
+             "outside_epochs_s": round(span - sum(ep), 1), **parts,
              "input_wait": [e["input_wait_frac"] for e in epochs],
              "val_loss": trial["objective"], "put_s": round(put_s, 1),
              "load_avg": round(os.getloadavg()[0], 1)}
