@@ -113,6 +113,25 @@ def make_registered_sample_data(tmp: Path, scope: str = "user.test", n_train: in
     return f"{scope}:toy.train", f"{scope}:toy.val"
 
 
+def search_section(max_trials: int = 4, parallel: int = 2, algorithm: str = "bayes",
+                   seed: int = 7) -> str:
+    """The ``search:`` section of the suite's small campaigns (YAML text, for ``write_spec``):
+    the example model's four hyperparameters."""
+    return textwrap.dedent(f"""\
+        search:
+          algorithm: {algorithm}
+          objective: val_loss
+          max_trials: {max_trials}
+          parallel: {parallel}
+          seed: {seed}
+          space:
+            learning_rate: {{type: real, low: 1.0e-3, high: 3.0e-2, log: true}}
+            units: {{type: int, low: 8, high: 32}}
+            dropout: {{type: real, low: 0.0, high: 0.3}}
+            activation: {{type: categorical, choices: [relu, tanh]}}
+        """)
+
+
 def write_spec(path: Path, name: str, train: str, val: str, **overrides: str) -> Path:
     """A small campaign spec; ``overrides`` replace whole top-level sections (YAML text)."""
     sections = {
@@ -125,19 +144,7 @@ def write_spec(path: Path, name: str, train: str, val: str, **overrides: str) ->
               metrics: [accuracy, auc]
               workers: 2
             """),
-        "search": textwrap.dedent("""\
-            search:
-              algorithm: bayes
-              objective: val_loss
-              max_trials: 4
-              parallel: 2
-              seed: 7
-              space:
-                learning_rate: {type: real, low: 1.0e-3, high: 3.0e-2, log: true}
-                units: {type: int, low: 8, high: 32}
-                dropout: {type: real, low: 0.0, high: 0.3}
-                activation: {type: categorical, choices: [relu, tanh]}
-            """),
+        "search": search_section(),
         "resources": "resources: {cores: 2, gpus: 0, memory_gb: 2, walltime: 20m}\n",
         "backend": "backend: {executor: local, data: local, server: embedded}\n",
     }

@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import gridml, gridml_json, make_registered_sample_data, write_spec
+from tests.helpers import gridml, gridml_json, make_registered_sample_data, search_section, write_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SEARCH = textwrap.dedent("""\
-    search:
-      algorithm: bayes
-      objective: val_loss
-      max_trials: 4
-      parallel: 4
-      seed: 7
-      space:
-        learning_rate: {type: real, low: 1.0e-3, high: 3.0e-2, log: true}
-        units: {type: int, low: 8, high: 32}
-        dropout: {type: real, low: 0.0, high: 0.3}
-        activation: {type: categorical, choices: [relu, tanh]}
-    """)
+SEARCH = search_section(max_trials=4, parallel=4)
 
 
 @pytest.fixture(scope="module")

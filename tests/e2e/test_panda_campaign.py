@@ -24,24 +24,12 @@ from typing import Any
 import pytest
 
 from gridml.executors.panda.executor import task_id_of
-from tests.helpers import gridml, gridml_json
+from tests.helpers import gridml, gridml_json, search_section
 from tests.panda_double import PandaDouble
 from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
 
 TRIALS = 2
-SEARCH = f"""\
-search:
-  algorithm: bayes
-  objective: val_loss
-  max_trials: {TRIALS}
-  parallel: 2
-  seed: 7
-  space:
-    learning_rate: {{type: real, low: 1.0e-3, high: 3.0e-2, log: true}}
-    units: {{type: int, low: 8, high: 32}}
-    dropout: {{type: real, low: 0.0, high: 0.3}}
-    activation: {{type: categorical, choices: [relu, tanh]}}
-"""
+SEARCH = search_section(max_trials=TRIALS, parallel=2)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.service]
 
