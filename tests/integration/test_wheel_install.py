@@ -57,8 +57,10 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRIDML_PAYLOAD_PYTHON",
                                                               "VIRTUAL_ENV")}
     # nor the project's environment on PATH (its torchrun): as on a machine with only the wheel
-    project_bins = {str(Path(sys.executable).parent), str(ROOT / ".venv" / "bin")}
-    path = [d for d in env.get("PATH", "").split(os.pathsep) if d not in project_bins]
+    # (compared resolved: another clone's .venv links to the same shared environment)
+    project_bins = {os.path.realpath(p) for p in (Path(sys.executable).parent, ROOT / ".venv" / "bin")}
+    path = [d for d in env.get("PATH", "").split(os.pathsep)
+            if d and os.path.realpath(d) not in project_bins]
     env.update(GRIDML_HOME=str(home), PATH=os.pathsep.join(path), **extra)
     return env
 

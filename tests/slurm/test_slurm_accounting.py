@@ -178,8 +178,10 @@ def test_scontrol_requeue_is_followed_as_the_same_attempt(harness: Any) -> None:
     assert "failed" not in seen and "killed" not in seen, seen
     entry = h.journal_entry()
     assert entry["job_id"] == h.job and entry.get("restarts") == 1 and not entry.get("killed"), entry
-    info = cli.accounting(h.job)
-    assert info is not None and info.state == "COMPLETED"
+    # the trial is judged from its exit file; the job's own end reaches accounting a moment later
+    info = wait_for(lambda: (i := cli.accounting(h.job)) is not None and i.state != "RUNNING" and i,
+                    60, f"job {h.job} ended in accounting", interval=0.5)
+    assert info.state == "COMPLETED", info
 
 
 def _preempt() -> str:
@@ -242,8 +244,10 @@ def test_resume_after_the_job_left_the_queue_adopts_the_completed_trial(
             proc.kill()
     job = jobs[0]
     wait_for(lambda: state(job) == "GONE", 600, f"job {job} to end and leave squeue", interval=1)
-    info = cli.accounting(job)
-    assert info is not None and info.state == "COMPLETED", info
+    info = wait_for(lambda: (i := cli.accounting(job)) is not None
+                    and i.state not in ("RUNNING", "PENDING") and i, 30,
+                    f"sacct to know how job {job} ended", interval=0.5)
+    assert info.state == "COMPLETED", info
     t0 = time.time()
     out = start_gridml("resume", "acct-resume", "--quiet")
     stdout, stderr = out.communicate(timeout=600)
