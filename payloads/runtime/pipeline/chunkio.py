@@ -75,8 +75,9 @@ class DirectRows:
 
     def chunk(self, k: int, fd: int | None = None) -> memoryview:
         """Chunk ``k`` of a compressed dataset, decoded (``chunk_rows * row_bytes`` bytes).
-        The last chunk decoded is kept (one for the whole process): a block read in two parts
-        decodes once."""
+        The last chunk decoded is kept (one for the whole process, replaced as one tuple, so a
+        thread never sees another's half-written entry): a block read in two parts decodes once."""
+        global _last_chunk
         memo = _last_chunk
         if memo[0] is self and memo[1] == k:
             return memo[2]
@@ -99,7 +100,7 @@ class DirectRows:
             raise OSError(f"chunk {k} decodes to {len(data)} bytes, not "
                           f"{self.chunk_rows * self.row_bytes}")
         view = memoryview(data)
-        _last_chunk[:] = [self, k, view]
+        _last_chunk = (self, k, view)
         return view
 
     def spans(self, a: int, b: int) -> list[tuple[int, int]]:
@@ -118,8 +119,8 @@ class DirectRows:
         return out
 
 
-# the chunk DirectRows.chunk decoded last: [reader, chunk index, bytes] (replaced whole)
-_last_chunk: list[Any] = [None, -1, memoryview(b"")]
+# the chunk DirectRows.chunk decoded last: (reader, chunk index, bytes)
+_last_chunk: tuple[Any, int, memoryview] = (None, -1, memoryview(b""))
 
 
 def open_direct(path: str, dset: Any, fd: int, verify: bool = True) -> DirectRows | None:
