@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,6 @@ def phases(trial_dir: Path, started: str, epochs: list[float]) -> dict[str, floa
     trial.json written: the campaign's stage-in, once per campaign, falls in the first trial's),
     the payload's start (its process started -> training begins) and its end (the last epoch's
     end -> its exit code written). From the files' times and the log (seconds: +-1 s)."""
-    from datetime import datetime
-
     start = datetime.fromisoformat(started).timestamp()
     attempt = trial_dir / "attempt-1"
     pid_t = (attempt / "pid").stat().st_mtime
@@ -159,8 +158,6 @@ def main() -> None:
         wall = time.perf_counter() - t
         doc = json.loads(gridml(home, "status", name, "--trial", "0", "--json"))
         trial, epochs = doc["trial"], doc["epochs"]
-        from datetime import datetime
-
         span = (datetime.fromisoformat(trial["finished"])
                 - datetime.fromisoformat(trial["started"])).total_seconds()
         ep = [e["epoch_time"] for e in epochs]
