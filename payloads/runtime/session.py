@@ -170,11 +170,12 @@ def open_data(cfg: TrialDoc, rank: int, ranks: int, processes: int = 0,
     val = H5Source(list(cfg.data.validation), _columns(cfg, lay)) if cfg.data.validation else None
     budget = int(opt.cache_budget_mb * 2**20)
     first = train.read(train.blocks[0])
-    raw = sum(a.nbytes for a in first.values()) * len(train.blocks)  # ranks swap blocks
+    block_bytes = sum(a.nbytes for a in first.values())
+    raw = block_bytes * len(train.blocks)  # ranks swap blocks
     mode = choose_compression(opt.cache_compression, first, raw, budget)
     cache = BlockCache(budget, mode)
     window = shuffle_window(opt.shuffle_buffer_chunks, train.block_rows,
-                            sum(a.nbytes for a in first.values()) // max(1, train.blocks[0].rows))
+                            block_bytes // max(1, train.blocks[0].rows))
     if window != opt.shuffle_buffer_chunks and rank == 0:
         log.info("shuffle windows of %d blocks (%d rows; training.options.shuffle_buffer_chunks "
                  "is %d): the input files' chunks are small", window, window * train.block_rows,
