@@ -13,8 +13,19 @@
 # compute nodes n1, n2 are network namespaces created here, linked to a bridge on this machine by
 # veth pairs, with addresses from 198.18.0.0/15 chosen from a hash of DIR (two clusters at once do
 # not collide); slurmctld listens on the bridge address under this machine's hostname. One munged
-# serves both nodes. No cgroups (proctrack/linuxproc, task/none: the namespaces share this
-# machine's cgroup, so no cgroup memory limit and no OUT_OF_MEMORY from the kernel's OOM killer).
+# serves both nodes. Memory is enforced as at a site: task/cgroup on the cgroup v1 memory controller
+# (DIR/etc/cgroup.conf: CgroupPlugin=cgroup/v1, ConstrainRAMSpace=yes, AllowedRAMSpace=100, and
+# ConstrainSwapSpace=yes, AllowedSwapSpace=0 where swap is accounted) with memory a consumable
+# resource (CR_Core_Memory, DefMemPerCPU=512 for jobs without --mem; without it Slurm hands the
+# job no limit), so a job over its --mem is killed by the kernel's OOM killer and ends
+# OUT_OF_MEMORY. Nodes declare RealMemory (half of this machine's each). The two slurmd do not
+# collide: Debian's build has MULTIPLE_SLURMD, whose cgroups are
+# /sys/fs/cgroup/memory/slurm_<node>/uid_U/job_J/step_S; two clusters at once (two pytest workers)
+# share that tree, so each DIR numbers its jobs from its own FirstJobId (blocks of 10,000), and
+# `stop` removes what its killed jobs left there. Where no writable v1 memory controller is mounted
+# at /sys/fs/cgroup/memory (a cgroup v2-only host, an unprivileged container) the script falls back
+# to task/none and CR_Core: no memory limit, no OUT_OF_MEMORY (the test in
+# tests/slurm/test_slurm_accounting.py skips, saying why). proctrack/linuxproc either way.
 # Accounting as at a real site: slurmdbd on a MariaDB of its own (Debian's mariadb-server, data in
 # DIR/db, listening on 127.0.0.1 only, on a free port; slurmdbd too), jobacct_gather/linux (/proc),
 # MinJobAge=5: a finished job leaves squeue 5 s after its end and only `sacct` knows it then.
@@ -84,19 +95,65 @@ network_down() {
   ip link del "$BR" 2>/dev/null || true
 }
 
+# a writable cgroup v1 memory controller (Slurm 22.05's cgroup/v1 plugin puts the jobs there)
+memory_cgroup_v1() {
+  local probe="/sys/fs/cgroup/memory/gridml-probe-$key"
+  [ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ] || return 1
+  [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = tmpfs ] || return 1  # else Slurm takes it for v2
+  mkdir "$probe" 2>/dev/null || return 1
+  rmdir "$probe"
+}
+
+# Job ids of this cluster start at FirstJobId, one block of 10,000 per DIR: two clusters on this
+# machine at once (two pytest workers) share the cgroup tree slurm_<node>/uid_U/job_J, so they must
+# not share job ids.
+JOB_BLOCK=10000
+first_job_id() { echo $(( (16#$key % 6000) * JOB_BLOCK + 1000 )); }
+
+# rmdir what this cluster's jobs left in the cgroup tree (stop kills their slurmstepd)
+cgroups_down() {
+  local first d id; first="$(first_job_id)"
+  for d in /sys/fs/cgroup/memory/slurm_{n1,n2}/uid_*/job_*; do
+    [ -d "$d" ] || continue
+    id="${d##*job_}"
+    [[ "$id" =~ ^[0-9]+$ ]] && [ "$id" -ge "$first" ] && [ "$id" -lt $(( first + JOB_BLOCK )) ] || continue
+    find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])'; }
 
 write_conf() {
   [ -f "$CONF" ] && return 0
   mkdir -p "$DIR"/{etc,state,spool,log,run,munge,db}
-  local port mem cpus dbport dbdport
+  local port mem cpus dbport dbdport task select
   port="$(free_port)"; dbport="$(free_port)"; dbdport="$(free_port)"
   echo "$dbport" >"$DIR/etc/mariadb.port"
   cpus="$(nproc)"
   mem=$(( $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) / 2 ))
+  task="task/none" select="CR_Core"
+  if memory_cgroup_v1; then
+    task="task/cgroup" select="CR_Core_Memory"  # else Slurm hands the job no memory limit
+    {
+      echo "# written by scripts/slurm-cluster.sh for $DIR: jobs are held to their --mem"
+      echo "CgroupPlugin=cgroup/v1"
+      echo "CgroupMountpoint=/sys/fs/cgroup"
+      echo "ConstrainCores=no"
+      echo "ConstrainDevices=no"
+      echo "ConstrainRAMSpace=yes"
+      echo "AllowedRAMSpace=100"
+      if [ -f /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes ]; then
+        echo "ConstrainSwapSpace=yes"
+        echo "AllowedSwapSpace=0"
+      fi
+    } >"$DIR/etc/cgroup.conf"
+  else
+    log "no writable cgroup v1 memory controller at /sys/fs/cgroup/memory: task/none, no memory limit"
+  fi
   cat >"$CONF" <<EOF
 # written by scripts/slurm-cluster.sh for $DIR
 ClusterName=gridml$key
+FirstJobId=$(first_job_id)
 SlurmctldHost=$(hostname -s)($NET.1)
 SlurmctldPort=$port
 SlurmdPort=6818
@@ -114,7 +171,7 @@ SlurmdLogFile=$DIR/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$task
 SwitchType=switch/none
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/linux
@@ -128,7 +185,8 @@ PreemptMode=REQUEUE
 JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/log/jobcomp.txt
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=$select
+DefMemPerCPU=512
 SchedulerType=sched/backfill
 SlurmdTimeout=10
 SlurmctldTimeout=30
@@ -270,6 +328,7 @@ stop() {
     [ -e "/var/run/netns/$(ns "$n")" ] || continue
     for pid in $(ip netns pids "$(ns "$n")" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
   done
+  cgroups_down
   stop_pid "$DIR/run/slurmctld.pid"
   stop_pid "$DIR/run/slurmdbd.pid"
   stop_pid "$DIR/run/mariadb.pid"

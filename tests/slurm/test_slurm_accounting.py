@@ -9,9 +9,11 @@ two-node test cluster with accounting (scripts/slurm-cluster.sh: slurmdbd on Mar
 * PREEMPTED: a job of the "urgent" partition (PriorityTier 10, PreemptMode=REQUEUE) takes both
   nodes; a ``--no-requeue`` job ends PREEMPTED (lost to the infrastructure: resubmitted without
   using a retry), a requeueable one goes back to the queue and is followed as the same attempt.
-* OUT_OF_MEMORY is not tested: the nodes are network namespaces sharing this machine's cgroup
-  (task/none, proctrack/linuxproc), so Slurm sets no cgroup memory limit and the kernel's OOM
-  killer never names a job; the mapping of that state is tested in tests/unit/test_slurm_states.py.
+* OUT_OF_MEMORY: the cluster holds each job to its ``--mem`` (task/cgroup on the cgroup v1 memory
+  controller, ConstrainRAMSpace); a trial whose payload allocates 4 x its ``resources.memory_gb``
+  is killed by the kernel's OOM killer, its job ends OUT_OF_MEMORY in ``sacct``, and the campaign
+  fails it "ran out of memory" after using its retry. Skipped, saying why, where the cluster script
+  found no writable v1 memory controller (it then runs task/none).
 
 Most tests drive :class:`SlurmExecutor` directly with a trivial payload (the benchmark's
 ``payload_override``), so each job lasts seconds; the resume test runs the real CLI and payload.
@@ -51,7 +53,7 @@ def payload(before: str = "", code: int = 0) -> list[str]:
 class Harness:
     """A campaign whose trials run a trivial payload as real Slurm jobs."""
 
-    def __init__(self, home: Path, name: str, argv: list[str], slurm: str = "") -> None:
+    def __init__(self, home: Path, name: str, argv: list[str], slurm: str = "", retries: int = 0) -> None:
         from gridml.data import open_data_manager
         from gridml.settings import settings
         from gridml.spec import load_spec
@@ -64,10 +66,11 @@ class Harness:
             home / f"{name}.yaml", name, train, val,
             training="training: {epochs: 1, batch_size: 8, workers: 1}\n",
             resources="resources: {cores: 1, memory_gb: 0.1, walltime: 5m}\n",
-            backend="backend: {executor: slurm, data: local, server: embedded, retries: 0}\n",
+            backend=f"backend: {{executor: slurm, data: local, server: embedded, retries: {retries}}}\n",
             search="search:\n  algorithm: random\n  max_trials: 1\n  parallel: 1\n"
                    "  space:\n    learning_rate: {type: real, low: 1.0e-4, high: 1.0e-1, log: true}\n",
             slurm=f"slurm: {{partition: gridml{slurm}}}\n")
+        self.name = name
         self.loaded = load_spec(spec, did_exists=self.data.exists)
         self.store = open_sql_store(settings().db_url)
         self.journal = settings().runs_dir / ".journal" / "slurm"
@@ -102,9 +105,9 @@ class Harness:
 def harness(gridml_home: Path, slurm_env: SlurmCluster) -> Iterator[Any]:
     made: list[Harness] = []
 
-    def make(argv: list[str], slurm: str = "") -> Harness:
+    def make(argv: list[str], slurm: str = "", retries: int = 0) -> Harness:
         h = Harness(gridml_home / f"h{len(made)}", f"acct-{len(made)}-{uuid.uuid4().hex[:6]}", argv,
-                    slurm)
+                    slurm, retries)
         made.append(h)
         return h
 
@@ -217,6 +220,37 @@ def test_a_preempted_requeueable_job_is_followed_as_the_same_attempt(harness: An
     assert status.state == "completed" and "failed" not in seen, (status, seen)
     assert h.journal_entry().get("restarts") == 1
     assert cli.accounting(urgent) is not None
+
+
+# -- OUT_OF_MEMORY: the job's cgroup memory limit ----------------------------------------------------
+HOG_MB = 400  # 4 x the trial's --mem=102M (resources.memory_gb: 0.1), written so it is resident
+HOG = ["python3", "-c", f"b = b'x' * ({HOG_MB} << 20); print('still', 'alive')"]
+
+
+def test_a_trial_over_its_memory_ends_out_of_memory_and_uses_its_retry(harness: Any,
+                                                                       slurm_env: SlurmCluster) -> None:
+    if "TaskPlugin=task/cgroup" not in slurm_env.conf.read_text():
+        pytest.skip("the test cluster sets no memory limit here: scripts/slurm-cluster.sh found no "
+                    "writable cgroup v1 memory controller at /sys/fs/cgroup/memory (task/none)")
+    h = harness(HOG, retries=1)
+    trials = lambda: h.store.list_trials(h.campaign.study.id)  # noqa: E731
+    t0 = time.perf_counter()
+    wait_for(h.campaign.step, 120, lambda: f"the campaign to end: {[(t.state, t.attempts) for t in trials()]}",
+             interval=0.3)
+    seconds = time.perf_counter() - t0
+    (trial,) = trials()
+    assert trial.state == "failed" and trial.attempts == 2, trial  # its one retry used, then failed
+    assert "OUT_OF_MEMORY" in (trial.error or "") and \
+        "it ran out of memory (raise resources.memory_gb)" in (trial.error or ""), trial.error
+    assert "still alive" not in (trial.error or "")
+    jobs = slurm_env.jobs_named(f"gridml.{h.name}.trial-0000")
+    assert len(jobs) == 2, jobs
+    for job in jobs:
+        info = wait_for(lambda j=job: (i := cli.accounting(j)) is not None
+                        and i.state not in ("RUNNING", "PENDING", "COMPLETING") and i, 30,
+                        f"sacct to know how job {job} ended", interval=0.5)
+        assert info.state == "OUT_OF_MEMORY", info
+    print(f"\n[slurm] 2 attempts over --mem=102M, both OUT_OF_MEMORY, in {seconds:.1f} s")
 
 
 # -- the real CLI: resume after the job left the queue ---------------------------------------------
