@@ -1,4 +1,5 @@
-"""gridml's PyTorch payload: ``torchrun ... -m payloads.train_torch trial.json``.
+"""gridml's PyTorch payload: ``torchrun ... -m payloads.train_torch trial.json`` (a one-worker
+trial: ``python -m payloads.train_torch trial.json``, one rank and no process group).
 
 Trains the user's ``torch.nn.Module`` data-parallel with DistributedDataParallel (gloo on CPU,
 nccl on GPU) over the same input pipeline as the Keras payload (docs/payload.md): thread pools

@@ -176,8 +176,9 @@ def test_exec_string_carries_trial_and_model_and_the_planner_command() -> None:
     assert p["sourceURL"] == "https://pandaserver.cern.ch:25443"  # where runGen fetches it from
     lone = job_command(DOC, MODEL, "mlp.py", workers=1, controller="gloo")  # no sandbox
     assert unpack_option(lone, "--model") == MODEL
-    with_env = job_command(DOC, MODEL, "mlp.py", workers=1, controller="mpi", env={"A": "x y"})
-    assert "--env 'A=x y' -- horovodrun -np 1 -H localhost:1 --mpi" in with_env
+    assert lone.endswith(" -- python -m payloads.train_keras trial.json")  # one worker: no launcher
+    with_env = job_command(DOC, MODEL, "mlp.py", workers=3, controller="mpi", env={"A": "x y"})
+    assert "--env 'A=x y' -- horovodrun -np 3 -H localhost:3 --mpi" in with_env
     assert trial_doc_of(p) == DOC
 
 

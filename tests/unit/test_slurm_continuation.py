@@ -33,7 +33,8 @@ def test_the_warning_is_asked_for(tmp_path: Path, grace: object, walltime: int,
         assert "--signal" not in text and "trap" not in text and "gridml_run" not in text
     else:
         assert f"#SBATCH {want}\n" in text and "trap gridml_warned USR1" in text
-        assert "\ngridml_run horovodrun " in text and "GRIDML_EXIT_FILE=" in text
+        assert "\ngridml_run python -m payloads.train_keras " in text  # one worker: no launcher
+        assert "GRIDML_EXIT_FILE=" in text
 
 
 def test_signal_grace_is_checked() -> None:

@@ -176,6 +176,24 @@ def test_launch_commands() -> None:
     assert payload_command(3, "gloo", "trial.json", framework="torch") == [
         "torchrun", "--nnodes", "1", "--nproc-per-node", "3", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "localhost:0", "-m", "payloads.train_torch", "trial.json"]
+    # one worker: the payload's interpreter itself, no launcher (one rank either way)
+    for framework in ("torch", "keras"):
+        assert payload_command(1, "mpi", "t.json", python="/env/bin/python", framework=framework) \
+            == ["/env/bin/python", "-m", f"payloads.train_{framework}", "t.json"]
+
+
+def test_a_keras_rank_started_alone_runs_horovod_on_gloo() -> None:
+    from payloads.train_keras import single_process_horovod
+
+    alone: dict[str, str] = {}
+    single_process_horovod(alone)
+    assert alone == {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
+    for launched in ({"HOROVOD_RANK": "0"}, {"OMPI_COMM_WORLD_RANK": "1"}, {"PMI_RANK": "0"}):
+        single_process_horovod(launched)  # a launcher's rank: left to the launcher
+        assert "HOROVOD_CONTROLLER" not in launched
+    own = {"HOROVOD_CONTROLLER": "mpi"}
+    single_process_horovod(own)
+    assert own["HOROVOD_CONTROLLER"] == "mpi"
 
 
 def test_precision_and_device_fall_back_to_cpu() -> None:
