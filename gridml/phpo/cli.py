@@ -1,19 +1,24 @@
-"""The two commands a phpo task runs: ``gridml steer`` (iDDS steering) and ``gridml evaluate``."""
+"""The two commands a phpo task runs: ``gridml steer`` (iDDS steering) and ``gridml evaluate``.
+Their engines are imported when they run, not with the CLI: the searchers bring numpy and the
+spec models, which every other ``gridml`` command would pay for at start."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from gridml.layout import writable_file
-from gridml.phpo.steer import Engine, SteerError, read_json, steer as steer_step
+
+if TYPE_CHECKING:
+    from gridml.phpo.steer import Engine
 
 
 def _engine_from_spec(spec: Path) -> tuple[Any, Engine]:
     """The spec's search.space and engine; the model file is not needed for steering."""
+    from gridml.phpo.steer import Engine
     from gridml.spec import Spec
     from gridml.spec.loader import read_yaml, validate_model
 
@@ -39,6 +44,8 @@ def steer(in_file: Path = typer.Option(..., "--in", help="iDDS input (%IN): poin
           options: str | None = typer.Option(None, "--options", help="searcher options, JSON"),
           ) -> None:
     """One iDDS steering step: new hyperparameter points from IN's evaluated and pending ones."""
+    from gridml.phpo.steer import Engine, SteerError, read_json, steer as steer_step
+
     writable_file(out_file, "--out")
     fallback, engine = None, Engine()
     if spec is not None:

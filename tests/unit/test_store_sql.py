@@ -219,6 +219,29 @@ def test_migrations_are_applied_once(store_url):
     second.close()
 
 
+def test_a_store_at_the_newest_schema_opens_without_alembic(store_url):
+    """The head is read from the migration files as Alembic reads it, and a database already
+    there is opened with one query: no Alembic import in that process."""
+    import subprocess
+    import sys
+
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from gridml.store import open_store
+    from gridml.store.sql.engine import MIGRATIONS, head_revision
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    assert head_revision() == ScriptDirectory.from_config(cfg).get_current_head()
+    open_store(store_url).close()  # created and migrated here
+    probe = ("import sys; from gridml.store import open_store; s = open_store(sys.argv[1]); "
+             "s.list_studies(); s.close(); print('alembic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe, store_url], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
 def _writer(url: str, study_id: int, n: int) -> None:
     from gridml.store import open_store
 
