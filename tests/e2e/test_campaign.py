@@ -18,7 +18,7 @@ SEARCH = search_section(max_trials=4, parallel=4)
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """4 trials x 1 Horovod rank x 2 epochs, bayes, all 4 at once: run once, inspected by the
-    tests. One rank (horovodrun -np 1, still Horovod and Gloo): every rank is one more
+    tests. One rank (the payload started alone: still Horovod, on Gloo in one process): every rank is one more
     TensorFlow import (~7 s of CPU) and nothing here asserts about ranks; two ranks of the Keras
     payload are run by tests/e2e/test_scale.py. All 4 at once: the
     4 points are bayes' Sobol design points whatever the batches (n_initial_points >= 5), and

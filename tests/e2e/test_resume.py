@@ -1,6 +1,6 @@
 """Crashes and Ctrl-C: no reported metric lost, no trial submitted twice (real campaigns).
 
-The payload is a real torch one (torchrun, one rank) whose training steps pause (tests/helpers.py
+The payload is a real torch one (one rank, started alone) whose training steps pause (tests/helpers.py
 slow_torch_payload): the trials are surely training when the test interrupts or kills the
 controller, and they start at torch's cost, not TensorFlow's
 (~7 s of CPU a rank, twice that with two ranks). What is tested is the controller's and the

@@ -1,4 +1,4 @@
-"""The live channel with real payload processes (the torch payload under torchrun, one rank) run
+"""The live channel with real payload processes (the torch payload, one rank: started alone, no torchrun) run
 by the real local executor, the real controller loop and a SQLite store, and no metrics API (the
 trial documents carry no API, as on a Slurm node that cannot reach the controller): epochs
 reach the store while the trial runs, a trial is pruned through decision.json, and a trial hung
