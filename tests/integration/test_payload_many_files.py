@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gridml.planner import payload_command
 from test_payload_train import ROOT, payload_env, write_trial
 
 pytestmark = pytest.mark.slow
@@ -57,12 +58,9 @@ def test_a_thousand_files_under_ulimit_256(tmp_path: Path, many: tuple, framewor
         trial = write_trial(tmp_path, train, val, model_file=str(
             ROOT / "examples/models/deepsets_torch.py"), training={
             "framework": "torch", "epochs": 1, "batch_size": 256, "adapt_samples": 256})
-        cmd = [str(Path(sys.executable).parent / "torchrun"), "--nnodes", "1",
-               "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-               "localhost:0", "-m", "payloads.train_torch", str(trial)]
+        cmd = payload_command(1, "gloo", str(trial), python=sys.executable, framework="torch")
     else:
         trial = write_trial(tmp_path, train, val, training={"epochs": 1, "batch_size": 256,
                                                               "adapt_samples": 256})
-        cmd = ["horovodrun", "-np", "1", "-H", "localhost:1", "--gloo", sys.executable, "-m",
-               "payloads.train_keras", str(trial)]
+        cmd = payload_command(1, "gloo", str(trial), python=sys.executable)  # as gridml runs it
     _check(_run(cmd, trial), tmp_path / "outputs")
