@@ -8,6 +8,9 @@
 #   scripts/slurm-cluster.sh env DIR        # the export lines again
 #   scripts/slurm-cluster.sh node-stop DIR NODE   # kill -9 one slurmd (a lost node: NODE_FAIL)
 #   scripts/slurm-cluster.sh node-start DIR NODE  # start it again (ReturnToService=2 takes it back)
+#   scripts/slurm-cluster.sh cut-home DIR   # the nodes reach slurmctld only ("no route" to the rest)
+#   scripts/slurm-cluster.sh mend-home DIR  # undo cut-home
+#   scripts/slurm-cluster.sh node-run DIR NODE CMD...  # CMD in NODE's network namespace
 #
 # Everything lives in DIR: slurm.conf, munge key and socket, state, spools, logs, pids. The two
 # compute nodes n1, n2 are network namespaces created here, linked to a bridge on this machine by
@@ -347,6 +350,34 @@ status() {
   return $ok
 }
 
+# A compute node with no way home, as at an HPC site whose nodes reach the Slurm controller but
+# not the login node's services: in each node's namespace every new connection to this machine's
+# bridge address is refused as "no route to host", except slurmctld's port (and the replies to
+# connections this machine opened: slurmctld -> slurmd). srun run on this machine (slurm.pack's
+# steps) needs the nodes to reach it back, as Slurm requires at every site: not with the cut.
+cut_home() {
+  local ctl; ctl="$(sed -n 's/^SlurmctldPort=//p' "$CONF")"
+  [ -n "$ctl" ] || die "no SlurmctldPort in $CONF"
+  for n in "${NODES[@]}"; do
+    nsenter --net="/var/run/netns/$(ns "$n")" sh -ec "
+      iptables -N GRIDML_HOME 2>/dev/null || iptables -F GRIDML_HOME
+      iptables -C OUTPUT -d $NET.1 -j GRIDML_HOME 2>/dev/null || iptables -A OUTPUT -d $NET.1 -j GRIDML_HOME
+      iptables -A GRIDML_HOME -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT
+      iptables -A GRIDML_HOME -p tcp --dport $ctl -j ACCEPT
+      iptables -A GRIDML_HOME -j REJECT --reject-with icmp-host-unreachable"
+  done
+  log "nodes cut off from $NET.1 but for slurmctld's port $ctl"
+}
+
+mend_home() {
+  for n in "${NODES[@]}"; do
+    [ -e "/var/run/netns/$(ns "$n")" ] || continue
+    nsenter --net="/var/run/netns/$(ns "$n")" sh -c "
+      iptables -D OUTPUT -d $NET.1 -j GRIDML_HOME 2>/dev/null
+      iptables -F GRIDML_HOME 2>/dev/null; iptables -X GRIDML_HOME 2>/dev/null; true"
+  done
+}
+
 case "$cmd" in
   start) start ;;
   stop) stop ;;
@@ -359,5 +390,9 @@ case "$cmd" in
              for pid in $(ip netns pids "$(ns "$3")" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done ;;
   node-start) [ $# -ge 3 ] || die "node-start DIR NODE"; slurmd_up "$3"
               SLURM_CONF="$CONF" scontrol update nodename="$3" state=resume >/dev/null 2>&1 || true ;;
-  *) die "unknown command $cmd: use start|stop|status|env|node-stop|node-start" ;;
+  node-run) [ $# -ge 4 ] || die "node-run DIR NODE COMMAND..."
+            exec nsenter --net="/var/run/netns/$(ns "$3")" "${@:4}" ;;
+  cut-home) cut_home ;;
+  mend-home) mend_home ;;
+  *) die "unknown command $cmd: use start|stop|status|env|node-stop|node-start|node-run|cut-home|mend-home" ;;
 esac

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from http.server import BaseHTTPRequestHandler
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -208,3 +209,14 @@ def slow_torch_payload(folder: Path, pause_s: float = 0.03) -> str:
     model = folder / "slow_linear.py"
     model.write_text(_SLOW_TORCH_MODEL.format(pause_s=pause_s))
     return f"payload:\n  framework: torch\n  model: {model}\n"
+
+
+EPOCH_LINE = re.compile(r"(\d\d):(\d\d):(\d\d) \[payload r0\] epoch (\d+): .* \| ([\d.]+)s,")
+
+
+def report_gaps(log: str) -> list[float]:
+    """Seconds between one epoch's log line and the next beyond the next epoch's own time: what
+    reporting epoch N cost rank 0 (the spool write, a post, the should-stop question)."""
+    lines = [(int(h) * 3600 + int(m) * 60 + int(sec), float(took))
+             for h, m, sec, _, took in EPOCH_LINE.findall(log)]
+    return [(t1 - t0) % 86400 - took for (t0, _), (t1, took) in zip(lines, lines[1:])]

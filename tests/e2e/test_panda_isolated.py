@@ -12,7 +12,6 @@ per epoch report (a figure for docs/grid.md).
 
 from __future__ import annotations
 
-import re
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 
 from gridml.executors.panda.outputs import trial_doc_of
-from tests.helpers import gridml
+from tests.helpers import gridml, report_gaps
 from tests.panda_double import PandaDouble, can_isolate
 from tests.panda_double.campaign import make_campaign, panda_spec, register_sample_data
 
@@ -74,17 +73,6 @@ def test_no_trial_document_carries_an_api_and_no_metric_is_lost(campaign: dict[s
         epochs = c.store.list_epochs(trial.id)
         assert [e.epoch for e in epochs] == list(range(1, EPOCHS + 1)), epochs
         assert trial.objective is not None
-
-
-EPOCH_LINE = re.compile(r"(\d\d):(\d\d):(\d\d) \[payload r0\] epoch (\d+): .* \| ([\d.]+)s,")
-
-
-def report_gaps(log: str) -> list[float]:
-    """Seconds between one epoch's log line and the next beyond the next epoch's own time: what
-    reporting epoch N cost rank 0 (the spool write, a post, the should-stop question)."""
-    lines = [(int(h) * 3600 + int(m) * 60 + int(sec), float(took))
-             for h, m, sec, _, took in EPOCH_LINE.findall(log)]
-    return [(t1 - t0) % 86400 - took for (t0, _), (t1, took) in zip(lines, lines[1:])]
 
 
 def test_no_payload_waits_on_an_unreachable_api(campaign: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ test sees every job of the session; :meth:`SlurmCluster.sacct` asks accounting a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -51,6 +52,22 @@ class SlurmCluster:
 
     def node_start(self, node: str) -> None:
         self.script("node-start", node)
+
+    def node_run(self, node: str, *argv: str) -> subprocess.CompletedProcess:
+        """``argv`` in ``node``'s network namespace (what a process on that node reaches)."""
+        return subprocess.run(["bash", str(SCRIPT), "node-run", str(self.dir), node, *argv],
+                              capture_output=True, text=True, timeout=60)
+
+    @contextlib.contextmanager
+    def no_way_home(self) -> Iterator[str]:
+        """The nodes reach slurmctld only: every other connection to this machine is refused
+        as "no route to host" (scripts/slurm-cluster.sh cut-home); yields this machine's address
+        on the nodes' network."""
+        self.script("cut-home")
+        try:
+            yield self.conf.read_text().split("SlurmctldHost=", 1)[1].split("(", 1)[1].split(")")[0]
+        finally:
+            self.script("mend-home")
 
     def _cmd(self, *argv: str) -> str:
         return subprocess.run(list(argv), capture_output=True, text=True,

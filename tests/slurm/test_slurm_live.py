@@ -9,6 +9,7 @@ local executor (tests/integration/test_live_channel.py), through decision.json; 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import pytest
 
 from gridml.errors import GridmlError
 from gridml.store import open_store
-from tests.helpers import gridml, gridml_json, make_registered_sample_data, start_gridml, write_spec
+from tests.helpers import (gridml, gridml_json, make_registered_sample_data, report_gaps, start_gridml,
+                           write_spec)
 from tests.slurm.slurm_fixtures import SlurmCluster
 from tests.slurm.test_slurm_campaign import search, trial_logs
 
@@ -46,6 +48,18 @@ def build_model(hparams, input_shape):
 
 def test_epochs_are_seen_while_the_slurm_job_runs_and_gridml_stop_ends_it(
         tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster) -> None:
+    """With the nodes' way home cut (they reach slurmctld only, as at a site whose compute nodes
+    cannot reach the login node): every epoch still arrives, live, through the spool, and no
+    report waits on the network."""
+    with slurm_env.no_way_home() as home:
+        probe = slurm_env.node_run("n1", sys.executable, "-c", (
+            "import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], 9), 5)\n"
+            "except OSError as e:\n    print(e.strerror)"), home)
+        assert probe.stdout.strip() == "No route to host", (probe.stdout, probe.stderr)
+        _live_epochs_and_stop(tmp_path, gridml_home, slurm_env)
+
+
+def _live_epochs_and_stop(tmp_path: Path, gridml_home: Path, slurm_env: SlurmCluster) -> None:
     data = make_registered_sample_data(tmp_path, n_train=600, n_val=200, files=1)
     (tmp_path / "slow.py").write_text(SLOW_MODEL)
     spec = write_spec(
@@ -92,6 +106,17 @@ def test_epochs_are_seen_while_the_slurm_job_runs_and_gridml_stop_ends_it(
     progress = json.loads((gridml_home / "runs" / "slurm-live" / "trial-0000" /
                            "progress.json").read_text())
     assert progress["epoch"] == trial["epochs_done"] and progress["epoch_done"], progress
+    # nothing lost: every epoch the rank spooled is stored, once; no report waited on a post
+    # (one that cannot arrive costs 31 s of retries) or a should-stop question
+    spooled = [json.loads(line)["epoch"] for line in (gridml_home / "runs" / "slurm-live" /
+               "trial-0000" / "outputs" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    stored = [e["epoch"] for e in gridml_json("status", "slurm-live", "--trial", "0")["epochs"]]
+    assert stored == spooled == list(range(1, trial["epochs_done"] + 1)), (stored, spooled)
+    log = trial_logs("slurm-live", 0)
+    assert "not posted" not in log and "Connection refused" not in log, log[-3000:]
+    gaps = report_gaps(log)
+    assert max(gaps, default=0.0) < 10, (gaps, log[-3000:])  # (stopped after epoch 2 or later)
+    print(f"\n[slurm] no way home: s per epoch report beyond training: {[round(g, 1) for g in gaps]}")
 
 
 MODES_MODEL = '''

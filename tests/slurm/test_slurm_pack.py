@@ -204,8 +204,11 @@ def test_a_cycles_trials_go_as_one_job_array(runs: Any, slurm_env: SlurmCluster)
     assert len(jobs) == 1, jobs  # one sbatch for the three
     job = jobs.pop()
     assert sorted(int(r.entry(t.number)["task"]) for t in trials) == [0, 1, 2]
-    tasks = cli.step_accounting(job)
-    assert sorted(tasks) == [f"{job}_{i}" for i in range(3)], tasks
+    # each task's end reaches the accounting database on its own time (slurmdbd, a loaded
+    # machine): wait, with a deadline, until sacct lists all three
+    want = [f"{job}_{i}" for i in range(3)]
+    tasks = wait_for(lambda: (lambda t: t if sorted(t) == want else None)(cli.step_accounting(job)),
+                     60, lambda: f"sacct to list {want}: {cli.step_accounting(job)}", interval=0.5)
     assert all(info.state == "COMPLETED" for info in tasks.values()), tasks
     script = Path(str(r.entry(0)["array_folder"])) / "array.sh"
     assert "#SBATCH --array=0-2%2" in script.read_text()
