@@ -13,6 +13,8 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 [ -x /usr/sbin/slurmdbd ] || need+=(slurmdbd)
 [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 command -v ip >/dev/null || need+=(iproute2)
+# `slurm-cluster.sh cut-home`: compute nodes with no way home (tests/slurm/test_slurm_live.py)
+command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need+=(iptables)
 # the payload's container image (scripts/payload-image.sh, tests/integration/test_container_payload.py):
 # podman runs it (crun, conmon come with it; runc where crun refuses hybrid cgroups; catatonit
 # for `podman run --init`), debootstrap makes its Debian base
