@@ -207,8 +207,13 @@ def test_a_cycles_trials_go_as_one_job_array(runs: Any, slurm_env: SlurmCluster)
     # each task's end reaches the accounting database on its own time (slurmdbd, a loaded
     # machine): wait, with a deadline, until sacct lists all three
     want = [f"{job}_{i}" for i in range(3)]
-    tasks = wait_for(lambda: (lambda t: t if sorted(t) == want else None)(cli.step_accounting(job)),
-                     60, lambda: f"sacct to list {want}: {cli.step_accounting(job)}", interval=0.5)
+
+    def all_listed() -> dict | None:
+        tasks = cli.step_accounting(job)
+        return tasks if sorted(tasks) == want else None
+
+    tasks = wait_for(all_listed, 60, lambda: f"sacct to list {want}: {cli.step_accounting(job)}",
+                     interval=0.5)
     assert all(info.state == "COMPLETED" for info in tasks.values()), tasks
     script = Path(str(r.entry(0)["array_folder"])) / "array.sh"
     assert "#SBATCH --array=0-2%2" in script.read_text()
