@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
 from gridml.search.base import Point
 from gridml.search.features import Encoder
@@ -152,6 +151,8 @@ class Batch:
             rows[:, cols] = v + steps
             s = local_score(rows) / scale
             return -float(s[0]), -(s[1 : k + 1] - s[k + 1 :]) / (2 * h)
+
+        from scipy.optimize import minimize  # imported by the kernel's fit already
 
         res = minimize(f, x[cols], jac=True, method="L-BFGS-B", bounds=[(0.0, 1.0)] * k,
                        options={"maxiter": POLISH_ITERATIONS})

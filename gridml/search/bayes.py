@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from scipy.stats import qmc
-
 from gridml.errors import SearchError
 from gridml.search.acquisition import LIARS, Batch
 from gridml.search.base import BaseSearcher, Point
@@ -61,6 +59,8 @@ class BayesSearcher(BaseSearcher):
         total = self.n_initial
         if count >= total:
             return []
+        from scipy.stats import qmc  # ~1 s of CPU to import: not before the first ask
+
         sobol = qmc.Sobol(self.space.dims, scramble=True, seed=self.seed % 2**32)
         u = sobol.random(1 << max(total - 1, 1).bit_length())[count:total]
         return self.novel(self.space.points(self.space.from_unit(u)), seen, n)

@@ -6,7 +6,8 @@ The model is scikit-optimize's default GP (``cook_estimator("GP")``): a constant
 marginal likelihood from the default start plus ``restarts`` random starts. What differs is
 speed: :func:`fit_kernel` computes the likelihood and its gradient from pairwise differences
 computed once (sklearn recomputes them and a gradient tensor at every step), which makes a fit at
-200 observations about 10x cheaper; the result is handed back as sklearn kernel objects.
+200 observations about 10x cheaper; the result is its numbers (and, on demand, sklearn kernel
+objects: sklearn costs ~1.5 s of CPU to import, which a controller that never asks for them skips).
 :class:`Posterior` then conditions that *fixed* kernel on any rows (observations plus the
 constant-liar values of a batch): one Cholesky per added point instead of a hyperparameter fit.
 """
@@ -19,9 +20,7 @@ from typing import Any
 
 import numpy as np
 from scipy.linalg import cho_solve, cholesky, lapack, solve_triangular
-from scipy.optimize import minimize
-from scipy.stats import norm
-from sklearn.gaussian_process.kernels import ConstantKernel, Matern
+from scipy.special import ndtr
 from threadpoolctl import ThreadpoolController
 
 JITTER = 1e-8
@@ -44,8 +43,16 @@ def one_blas_thread() -> Any:
 
 @dataclass
 class Fitted:
-    kernel: Any  # sklearn kernel (constant * Matern 5/2) with the fitted hyperparameters
+    amp: float  # the constant (signal variance, on normalised targets)
+    length_scale: np.ndarray  # the Matern 5/2 length scale of each feature
     noise: float  # variance of the Gaussian noise, on normalised targets
+
+    @property
+    def kernel(self) -> Any:
+        """The same kernel as sklearn objects (constant * Matern 5/2, hyperparameters fixed)."""
+        from sklearn.gaussian_process.kernels import ConstantKernel, Matern
+
+        return ConstantKernel(self.amp, "fixed") * Matern(self.length_scale, "fixed", nu=2.5)
 
 
 def fit_kernel(feats: np.ndarray, y: np.ndarray, seed: int, restarts: int,
@@ -70,6 +77,8 @@ def fit_kernel(feats: np.ndarray, y: np.ndarray, seed: int, restarts: int,
 
 def _optimise(theta: np.ndarray, diff2: np.ndarray, z: np.ndarray,
               bounds: np.ndarray) -> tuple[np.ndarray, float]:
+    from scipy.optimize import minimize  # ~0.7 s of CPU to import: not before the first fit
+
     res = minimize(neg_log_likelihood, theta, args=(diff2, z), jac=True, method="L-BFGS-B",
                    bounds=bounds)
     return res.x, float(res.fun)
@@ -108,8 +117,7 @@ def neg_log_likelihood(theta: np.ndarray, diff2: np.ndarray,
 
 
 def _as_kernel(params: np.ndarray) -> Fitted:
-    kernel = ConstantKernel(params[0], "fixed") * Matern(params[1:-1], "fixed", nu=2.5)
-    return Fitted(kernel, float(params[-1]))
+    return Fitted(float(params[0]), np.asarray(params[1:-1], dtype=float), float(params[-1]))
 
 
 class Posterior:
@@ -125,8 +133,8 @@ class Posterior:
                  scale: tuple[float, float] | None = None) -> None:
         self.fitted, self.feats, self.y = fitted, feats, y
         self.mean, self.std = scale or (float(np.mean(y)), float(np.std(y)) or 1.0)
-        self.amp = float(fitted.kernel.k1.constant_value)
-        self.inv_scale = 1.0 / np.asarray(fitted.kernel.k2.length_scale, dtype=float)
+        self.amp = fitted.amp
+        self.inv_scale = 1.0 / fitted.length_scale
         self.pool: _Pool | None = None
         k = self.cov(feats, feats)
         k[np.diag_indices_from(k)] += fitted.noise + JITTER
@@ -205,4 +213,4 @@ def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float, xi: float)
     """EI for minimisation (``xi``: the improvement to ask for, in the units of ``y``)."""
     imp = best - mu - xi
     z = imp / sd
-    return imp * norm.cdf(z) + sd * norm.pdf(z)
+    return imp * ndtr(z) + sd * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi)

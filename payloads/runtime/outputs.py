@@ -174,10 +174,21 @@ def plot_curves(reports: list[dict[str, Any]], path: Path, title: str) -> Path |
         ax.set_title(name)
         ax.legend()
     fig.suptitle(title)
-    fig.tight_layout()
+    _margins(fig)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def _margins(fig: Any, left: float = 0.62, right: float = 0.15, bottom: float = 0.5,
+             top: float = 0.62, gap: float = 0.62) -> None:
+    """Fixed margins in inches (tick labels, axis labels, titles and the suptitle fit): the same
+    layout as ``tight_layout`` for these figures without its extra drawing pass (~0.3 s)."""
+    w, h = fig.get_size_inches()
+    n = max(1, len(fig.axes))
+    panel = (w - left - right - gap * (n - 1)) / n
+    fig.subplots_adjust(left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h,
+                        wspace=gap / panel)
 
 
 def runtime_versions() -> dict[str, Any]:
