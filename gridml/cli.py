@@ -241,7 +241,7 @@ def _run(loaded: Any, dm: Any, quiet: bool) -> None:
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted[/]: trials stopped; continue with `gridml resume {loaded.spec.name}`")
         raise typer.Exit(130) from None
-    doc = study_document(store, study, settings().runs_dir)
+    doc = study_document(store, study, settings().runs_dir, importance=False)  # not shown here
     best = doc["study"]["best"]
     if doc["study"]["state"] == "stopped":  # `gridml stop`: not an error
         out.print(f"study {study.name} stopped (gridml stop): `gridml status {study.name}` shows "
@@ -298,12 +298,13 @@ def stop(study: str = typer.Argument(..., help="study name or id"),
               f"status {doc['study']}`")
 
 
-def _study_doc(study: str) -> dict[str, Any]:
+def _study_doc(study: str, importance: bool = False) -> dict[str, Any]:
+    """``importance``: with the fANOVA shares (only `status` of a whole study shows them)."""
     from gridml.report import study_document
     from gridml.settings import settings
 
     store = _reader()
-    return study_document(store, store.get_study(study), settings().runs_dir)
+    return study_document(store, store.get_study(study), settings().runs_dir, importance)
 
 
 @app.command()
@@ -316,7 +317,7 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
 
     if study is None:
         return _list_studies(as_json)
-    doc = _study_doc(study)
+    doc = _study_doc(study, importance=trial is None)
     if trial is not None:
         return _trial_status(study, doc, trial, as_json)
     if as_json:

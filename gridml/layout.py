@@ -59,6 +59,11 @@ class StudyPaths:
         return self.root / "convergence.png"
 
     @property
+    def importance(self) -> Path:
+        """The last fANOVA shares and the key of the trials they came from (a cache)."""
+        return self.root / "importance.json"
+
+    @property
     def inputs(self) -> Path:
         return self.root / "inputs"
 

@@ -71,14 +71,17 @@ def epoch_rows(epochs: list[EpochReport]) -> list[dict[str, Any]]:
     return [e.to_json() for e in epochs]
 
 
-def _importance(search: Search, trials: list[Trial]) -> dict[str, float]:
+def _importance(search: Search, trials: list[Trial], cache: Path) -> dict[str, float]:
     """{parameter: share} of the objective's variance (fANOVA, gridml.search.importance)."""
-    from gridml.search.importance import importance  # lazy: imports Optuna, ~1 s
+    from gridml.search.importance import importance
 
-    return importance(search, trials)
+    return importance(search, trials, cache=cache)
 
 
-def study_document(store: StoreReader, study: Study, runs_dir: Path) -> dict[str, Any]:
+def study_document(store: StoreReader, study: Study, runs_dir: Path,
+                   importance: bool = True) -> dict[str, Any]:
+    """The study, its best trial, Pareto front and every trial's summary (``gridml status
+    --json``); ``importance``: with the parameters' fANOVA shares (else ``{}``)."""
     trials = store.list_trials(study.id)
     summaries = [trial_summary(t, store.list_epochs(t.id)) for t in trials]
     paths = RunsLayout(runs_dir).study(study.name)
@@ -98,7 +101,7 @@ def study_document(store: StoreReader, study: Study, runs_dir: Path) -> dict[str
             "best": next((s for s in summaries if best and s["id"] == best.id), None),
             "output_dataset": spec.output.dataset,
             "convergence_plot": str(plot) if plot.exists() else None,
-            "importance": _importance(search, trials),
+            "importance": _importance(search, trials, paths.importance) if importance else {},
             "objectives": [{"metric": m, "direction": d} for m, d in search.goals()],
             "constraints": list(search.constraints),
             "pareto": [s for s in summaries if s["id"] in front],  # by trial number

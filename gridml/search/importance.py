@@ -10,31 +10,86 @@ forest fitted to the objective, its variance split over the parameters; seeded, 
 give the same shares). Shares sum to 1, largest first. Only parameters present in every finished
 trial are assessed (a conditional parameter that is sometimes inactive is left out), and fewer
 than ``MIN_TRIALS`` finished trials give ``{}``: too little to say.
+
+The forest costs ~3 s of CPU (sklearn's import most of it), and ``gridml status``, ``best`` and
+the dashboard ask again and again for trials that have not changed: the shares are kept by a key
+over everything they depend on (the space, the direction, the seed, each finished trial's point
+and value), in this process and, given ``cache``, in a file (the study's runs folder).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import warnings
+from pathlib import Path
 
-import optuna  # third-party: imported by `gridml status`, which shows the shares
-
-from gridml.search.optuna_sampler import OptunaSearcher
 from gridml.search.space import Space
 from gridml.search.study import observations
 from gridml.store import Trial
 from gridml.store.best import SearchLike
-from gridml.store.spec import stored_search
+from gridml.store.spec import Search, stored_search
 
 MIN_TRIALS = 5
 
 
-def importance(search: SearchLike, trials: list[Trial], seed: int = 0) -> dict[str, float]:
-    """``{parameter: share}`` of the objective's variance, from the finished trials."""
+_KNOWN: dict[str, dict[str, float]] = {}  # key -> shares, in this process (the server's)
+
+
+def importance(search: SearchLike, trials: list[Trial], seed: int = 0,
+               cache: Path | None = None) -> dict[str, float]:
+    """``{parameter: share}`` of the objective's variance, from the finished trials; ``cache``:
+    a file that keeps the last shares and their key."""
     points, values, _ = observations(trials)
     finite = [(p, v) for p, v in zip(points, values) if v is not None]
     if len(finite) < MIN_TRIALS:
         return {}
     search = stored_search(search)
+    key = hashlib.sha256(json.dumps(
+        [search.space_dict(), search.direction, seed, finite], sort_keys=True, default=str)
+        .encode()).hexdigest()
+    if key in _KNOWN:
+        return dict(_KNOWN[key])
+    kept = _read(cache, key)
+    if kept is None:
+        kept = _fanova(search, finite, seed)
+        _write(cache, key, kept)
+    _KNOWN[key] = kept
+    return dict(kept)
+
+
+def _read(cache: Path | None, key: str) -> dict[str, float] | None:
+    if cache is None:
+        return None
+    try:
+        doc = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("shares"), dict):
+        return None
+    return {str(k): float(v) for k, v in doc["shares"].items()}
+
+
+def _write(cache: Path | None, key: str, shares: dict[str, float]) -> None:
+    """Atomically (a reader sees the old file or the new one); a folder that cannot be written
+    (a read-only copy of the runs) only means the next call computes again."""
+    if cache is None:
+        return
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"key": key, "shares": shares}))
+        os.replace(tmp, cache)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _fanova(search: Search, finite: list[tuple[dict, float]], seed: int) -> dict[str, float]:
+    import optuna  # third-party, ~0.3 s: only when there are shares to compute
+
+    from gridml.search.optuna_sampler import OptunaSearcher
+
     space = Space(search.space_dict())  # checked: one validator
     engine = OptunaSearcher(space, direction=search.direction, sampler="random")
     engine.tell([p for p, _ in finite], [v for _, v in finite])

@@ -84,3 +84,38 @@ def test_importance_names_the_parameter_that_matters(store):
     assert sum(shares.values()) == pytest.approx(1.0)
     assert importance(section(), store.list_trials(study.id)) == shares  # seeded
     assert importance(section(), store.list_trials(study.id)[:3]) == {}
+
+
+def test_importance_is_kept_by_a_key_over_the_trials(store, tmp_path, monkeypatch):
+    import json
+
+    import numpy as np
+
+    from gridml.search import importance as imp
+
+    rng = np.random.default_rng(1)
+    points = [{"lr": float(10 ** rng.uniform(-4, -1)), "units": int(rng.integers(8, 65))}
+              for _ in range(8)]
+    values = [(np.log10(p["lr"]) + 2.5) ** 2 + 0.001 * p["units"] for p in points]
+    study = finished(store, "kept", points, values)
+    cache = tmp_path / "runs" / "kept" / "importance.json"
+    shares = imp.importance(section(), store.list_trials(study.id), cache=cache)
+    doc = json.loads(cache.read_text())
+    assert doc["shares"] == shares and len(doc["key"]) == 64
+    # a new process (nothing in memory) reads the file: planted shares come back as they are
+    monkeypatch.setattr(imp, "_KNOWN", {})
+    cache.write_text(json.dumps({"key": doc["key"], "shares": {"lr": 0.25, "units": 0.75}}))
+    assert imp.importance(section(), store.list_trials(study.id), cache=cache) == {"lr": 0.25, "units": 0.75}
+    # a corrupt file is computed again (and rewritten)
+    monkeypatch.setattr(imp, "_KNOWN", {})
+    cache.write_text("{not json")
+    assert imp.importance(section(), store.list_trials(study.id), cache=cache) == shares
+    assert json.loads(cache.read_text())["shares"] == shares
+    # one more finished trial: another key, the planted shares are not used
+    monkeypatch.setattr(imp, "_KNOWN", {})
+    cache.write_text(json.dumps({"key": doc["key"], "shares": {"lr": 0.25, "units": 0.75}}))
+    t = store.create_trial(study.id, {"lr": 0.003, "units": 20})
+    store.update_trial(t.id, state="completed", objective=0.01)
+    again = imp.importance(section(), store.list_trials(study.id), cache=cache)
+    assert again != {"lr": 0.25, "units": 0.75} and sum(again.values()) == pytest.approx(1.0)
+    assert json.loads(cache.read_text())["key"] != doc["key"]
