@@ -145,9 +145,19 @@ def test_packed_trials_run_as_job_steps_and_survive_a_controller_restart(
     # every trial ran as exactly one step; the adopted ones were not started again
     jobs = {str(r.entry(t.number)["alloc"]) for t in trials}
     assert allocs <= jobs and len(jobs) <= 2, jobs  # one sbatch per 2 trials at most
-    steps = [s for job in sorted(jobs) for s in _steps(job)]
-    names = sorted(name for name, _ in steps)
-    assert names == [f"gridml.{r.name}.trial-{n:04d}.a1" for n in range(4)], steps
+    # a step's end reaches the accounting database on its own time (slurmdbd, a loaded machine:
+    # the full run once saw the last step still RUNNING there after its trial completed): wait,
+    # with a deadline, until every step has a final state
+    want = [f"gridml.{r.name}.trial-{n:04d}.a1" for n in range(4)]
+
+    def all_ended() -> list[tuple[str, str]] | None:
+        steps = [s for job in sorted(jobs) for s in _steps(job)]
+        ended = sorted(name for name, _ in steps) == want and all(
+            state not in ("RUNNING", "PENDING", "COMPLETING") for _, state in steps)
+        return steps if ended else None
+
+    steps = wait_for(all_ended, 60, lambda: f"sacct to end the steps {want}: "
+                     f"{[s for job in sorted(jobs) for s in _steps(job)]}", interval=0.5)
     assert all(state == "COMPLETED" for _, state in steps), steps
     for t in trials:  # the step's own output, in the attempt folder
         log = (r.runs / r.name / f"trial-{t.number:04d}" / "attempt-1" / "payload.log").read_text()
