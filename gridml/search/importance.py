@@ -35,6 +35,7 @@ MIN_TRIALS = 5
 
 
 _KNOWN: dict[str, dict[str, float]] = {}  # key -> shares, in this process (the server's)
+_KEEP = 256  # the newest keys (every finished trial makes a study's key new): bounded for a server
 
 
 def importance(search: SearchLike, trials: list[Trial], seed: int = 0,
@@ -56,6 +57,8 @@ def importance(search: SearchLike, trials: list[Trial], seed: int = 0,
         kept = _fanova(search, finite, seed)
         _write(cache, key, kept)
     _KNOWN[key] = kept
+    while len(_KNOWN) > _KEEP:  # the oldest first (dicts keep their insertion order)
+        del _KNOWN[next(iter(_KNOWN))]
     return dict(kept)
 
 
