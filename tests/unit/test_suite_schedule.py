@@ -1,5 +1,6 @@
-"""The suite's xdist scheduler order (tests/xdist_modules.py): folders in the suite's order, the
-longest module of a folder first, an unmeasured one at the default, ties in the suite's order."""
+"""The suite's xdist scheduler order (tests/xdist_modules.py): folders in the suite's order (e2e
+and slurm alternately), the longest module of a folder first, an unmeasured one at the default,
+ties in the suite's order."""
 
 from __future__ import annotations
 
@@ -19,8 +20,21 @@ def test_units_go_by_folder_then_longest_first() -> None:
     assert dispatch_order(modules, seconds) == [
         "tests/unit/test_a.py", "tests/unit/test_b.py",  # a: unmeasured, DEFAULT_S > 9
         "tests/integration/test_d.py", "tests/integration/test_new.py", "tests/integration/test_c.py",
-        "tests/e2e/test_e.py", "tests/e2e/test_f.py",  # a tie: the suite's order
-        "tests/slurm/test_g.py"]
+        "tests/e2e/test_e.py", "tests/slurm/test_g.py",  # e2e and slurm alternately
+        "tests/e2e/test_f.py"]  # a tie with test_e: the suite's order
+
+
+def test_e2e_and_slurm_modules_alternate_each_longest_first() -> None:
+    modules = ["tests/integration/test_i.py", "tests/e2e/test_a.py", "tests/e2e/test_b.py",
+               "tests/e2e/test_c.py", "tests/slurm/test_x.py", "tests/slurm/test_y.py",
+               "tests/other/test_z.py"]
+    seconds = {"tests/e2e/test_a.py": 10, "tests/e2e/test_b.py": 30, "tests/e2e/test_c.py": 20,
+               "tests/slurm/test_x.py": 5, "tests/slurm/test_y.py": 50}
+    assert dispatch_order(modules, seconds) == [
+        "tests/integration/test_i.py",
+        "tests/e2e/test_b.py", "tests/slurm/test_y.py", "tests/e2e/test_c.py",
+        "tests/slurm/test_x.py", "tests/e2e/test_a.py",
+        "tests/other/test_z.py"]  # a folder outside the order: last
 
 
 def test_a_module_is_its_file_and_seconds_come_from_a_junit_report(tmp_path: Path) -> None:
