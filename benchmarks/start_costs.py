@@ -27,11 +27,13 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,10 +85,10 @@ def cpu_of(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
 
 
 def median_cpu(cmd: list[str], env: dict[str, str], cwd: Path, repeat: int,
-               before_each: object = None) -> float:
+               before_each: Callable[[], None] | None = None) -> float:
     runs = []
     for _ in range(repeat):
-        if callable(before_each):
+        if before_each is not None:
             before_each()
         runs.append(cpu_of(cmd, env, cwd))
     return statistics.median(runs)
@@ -182,8 +184,6 @@ def keras_rows(tmp: Path, repeat: int) -> list[tuple[str, float, str]]:
     outputs = tmp / "outputs"
 
     def fresh() -> None:  # the payload resumes a finished trial: start each run from nothing
-        import shutil
-
         shutil.rmtree(outputs, ignore_errors=True)
 
     raw = median_cpu([sys.executable, "-c", "import tensorflow, horovod.tensorflow.keras"],
