@@ -77,6 +77,31 @@ def test_mixed_bfloat16_trains_with_a_float32_output() -> None:
         keras.mixed_precision.set_global_policy("float32")
 
 
+
+@pytest.mark.parametrize("loss_scaled", [False, True])
+def test_the_optimizer_slots_exist_before_the_first_step_so_it_is_traced_once(
+        loss_scaled: bool) -> None:
+    """session._create_slots: Adam's moments made before fit, so the train step's tf.function
+    creates no variable in its first trace and is not traced a second time (it was, twice);
+    through a LossScaleOptimizer (mixed_float16 on a GPU) too."""
+    from payloads.runtime.session import _create_slots
+
+    m = user_model.build(MLP, {"units": 16, "dropout": 0.0}, (10,))
+    opt = user_model.optimizer("adam", 1e-3)
+    if loss_scaled:
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+    m.compile(optimizer=opt, loss="binary_crossentropy")
+    inner = opt.inner_optimizer if loss_scaled else opt
+    assert not inner.variables()  # Keras makes them in the first step
+    _create_slots(m)
+    assert {"m", "v"} <= set(inner.get_slot_names())
+    assert all(inner.get_slot(v, "m") is not None for v in m.trainable_variables)
+    x = np.random.default_rng(1).normal(size=(256, 10)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.float32)
+    hist = m.fit(x, y, batch_size=64, epochs=2, verbose=0)
+    assert np.isfinite(hist.history["loss"]).all() and hist.history["loss"][1] < hist.history["loss"][0]
+    assert m.train_function.experimental_get_tracing_count() == 1
+
 def _figs(**training: object):
     from payloads.runtime.core import ValidationFigures
     from payloads.runtime.trial import Data, Training, TrialDoc
