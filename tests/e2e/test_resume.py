@@ -42,7 +42,8 @@ def wait_status(study: str, predicate, timeout: float = 600) -> dict:
         doc = json.loads(proc.stdout) if proc.returncode == 0 else None
         return doc if doc is not None and predicate(doc) else None
 
-    return wait_for(status, timeout, f"study {study} to reach the expected state", interval=0.2)
+    # a look is a CLI run (~1.2 s of CPU): one a second, not back to back, while trials train
+    return wait_for(status, timeout, f"study {study} to reach the expected state", interval=1.0)
 
 
 def payload_processes(home: Path) -> list[int]:
