@@ -57,10 +57,9 @@ ruff check gridml payloads tests benchmarks scripts examples
 # from the cache another clone left (mypy re-checks every file whose content differs)
 MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gridml/mypy}" mypy
 lint-imports --no-cache
-# Three workers (pytest-xdist; GRIDML_TEST_WORKERS=0 runs in one process), a whole test module at
-# a time (its fixtures built once), in the suite's folder order, the longest module of a folder
-# first; two of them run the CPU-bound modules, the third only the few that mostly wait on real
-# time (tests/xdist_modules.py: WAITING; hooked in by tests/conftest.py for --dist loadfile).
-workers="${GRIDML_TEST_WORKERS:-3}"
+# Two workers (pytest-xdist; GRIDML_TEST_WORKERS=0 runs in one process), a whole test module at a
+# time (its fixtures built once), in the suite's folder order, the longest module of a folder first
+# (tests/xdist_modules.py, hooked in by tests/conftest.py for --dist loadfile).
+workers="${GRIDML_TEST_WORKERS:-2}"
 parallel=(); [ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
 python -m pytest -p no:cacheprovider --timeout=1200 --durations=40 "${parallel[@]}" "${@:-tests}"

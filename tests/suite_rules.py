@@ -4,11 +4,10 @@
   (a broken unit test shows in the first minute, not after the campaigns); the order inside a
   folder is pytest's own; on two workers the scheduler hands out the e2e and the Slurm modules
   alternately (tests/xdist_modules.py: a waiting Slurm module beside a CPU-bound e2e one);
-- run in parallel (scripts/test.sh: pytest-xdist, ``-n 3 --dist loadfile`` with the suite's own
+- run in parallel (scripts/test.sh: pytest-xdist, ``-n 2 --dist loadfile`` with the suite's own
   scheduler, tests/xdist_modules.py): a module is one unit, never split between the workers (a
   split module builds its campaign fixture twice), the folders in the order above (e2e and slurm alternately), the longest
-  module of a folder first (tests/module_seconds.json); the third worker takes only the modules
-  that mostly wait on real time (xdist_modules.WAITING), the other two everything else. (Not ``loadgroup``: pytest 9 keeps a
+  module of a folder first (tests/module_seconds.json). (Not ``loadgroup``: pytest 9 keeps a
   node's id where xdist 3.8 no longer sets it, so its groups are ignored.) The Slurm cluster and
   the Rucio server are session fixtures: each worker that runs one of their tests starts its own (keyed by its own folder, so two never collide);
 - in CI (``CI`` set) a test skipped because torch cannot be imported is a failure: CI installs

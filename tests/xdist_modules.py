@@ -71,30 +71,6 @@ def dispatch_order(modules: Iterable[str], seconds: dict[str, float]) -> list[st
     return [m for m in head if m not in tail] + mixed + tail
 
 
-# Modules that mostly wait on real time by design (heartbeat timeouts, Slurm's accounting and
-# job states, a hung trial's detection): measured, ~600 s of the suite's summed time at ~0.3 of
-# a core. With three workers (scripts/test.sh) the third takes these and only these, beside the
-# two that run the rest: their waits no longer leave a core idle. (Three workers over all the
-# modules were slower: 33 min against 30.5, three CPU-bound modules at once on two cores.)
-WAITING = frozenset({
-    "tests/integration/test_server_reliability.py",  # a 45 s heartbeat timeout, server outages
-    "tests/slurm/test_slurm_live.py",  # a trial hung in forward: dumped, cancelled after its timeout
-    "tests/slurm/test_slurm_accounting.py",  # jobs leaving the queue, sacct's final states
-    "tests/e2e/test_resume_downtime.py",  # three heartbeat timeouts in a row
-    "tests/slurm/test_slurm_pack.py",  # job steps and their final states in sacct
-})
-
-
-def pick(queue: Iterable[str], rank: dict[str, int], lane: bool) -> str | None:
-    """The next module for a worker out of ``queue`` (the modules not handed out yet): the
-    waiting lane takes the first WAITING module and nothing else (None: it is done); another
-    worker the first module of the rest, a WAITING one only when nothing else is left."""
-    first = sorted(queue, key=rank.__getitem__)
-    if lane:
-        return next((m for m in first if m in WAITING), None)
-    return next((m for m in first if m not in WAITING), first[0] if first else None)
-
-
 def seconds_from_junit(report: Path) -> dict[str, float]:
     """Each module's summed test time (setup included) in a JUnit report, rounded to 1 s."""
     total: dict[str, float] = collections.defaultdict(float)
@@ -118,20 +94,13 @@ def make_scheduler(config: Any, log: Any) -> Any:
             return module_of(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            """xdist's, but the unit taken is pick()'s: the first in dispatch_order for its
-            lane (with three workers or more the last one is the waiting lane)."""
+            """xdist's, but the unit taken is the first in dispatch_order, not the queue's."""
             if self._rank is None:
                 order = dispatch_order(self.workqueue, load_seconds())
                 self._rank = {m: i for i, m in enumerate(order)}
-            scope = pick(self.workqueue, self._rank, self._is_lane(node))
-            if scope is None:
-                return  # the waiting lane is done; the run ends without it
+            scope = min(self.workqueue, key=self._rank.__getitem__)
             self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
-
-        def _is_lane(self, node: Any) -> bool:
-            ids = sorted((n.gateway.id for n in self.nodes), key=lambda i: int(i.lstrip("gw") or 0))
-            return len(ids) >= 3 and node.gateway.id == ids[-1]
 
     return ModuleScheduling(config, log)
 

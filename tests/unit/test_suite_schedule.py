@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.xdist_modules import DEFAULT_S, WAITING, dispatch_order, module_of, pick, seconds_from_junit
+from tests.xdist_modules import DEFAULT_S, dispatch_order, module_of, seconds_from_junit
 
 
 def test_units_go_by_folder_then_longest_first() -> None:
@@ -46,22 +46,3 @@ def test_a_module_is_its_file_and_seconds_come_from_a_junit_report(tmp_path: Pat
                       '<testcase classname="tests.unit.test_y" name="c" time="0.1"/>'
                       '</testsuite></testsuites>')
     assert seconds_from_junit(report) == {"tests/e2e/test_x.py": 13}
-
-
-def test_the_waiting_lane_takes_only_waiting_modules_and_the_others_take_them_last() -> None:
-    waiting = sorted(WAITING)
-    assert len(waiting) >= 2
-    queue = ["tests/unit/test_a.py", waiting[0], "tests/e2e/test_b.py", waiting[1]]
-    rank = {m: i for i, m in enumerate(queue)}
-    assert pick(queue, rank, lane=True) == waiting[0]  # its first, whatever comes before it
-    assert pick(queue, rank, lane=False) == "tests/unit/test_a.py"
-    rest = [waiting[1], "tests/e2e/test_b.py"]
-    assert pick(rest, rank, lane=False) == "tests/e2e/test_b.py"  # a waiting one only last
-    assert pick([waiting[1]], rank, lane=False) == waiting[1]
-    assert pick(["tests/e2e/test_b.py"], rank, lane=True) is None  # the lane is done
-    assert pick([], rank, lane=False) is None
-
-
-def test_every_waiting_module_exists() -> None:
-    root = Path(__file__).resolve().parents[2]
-    assert all((root / m).is_file() for m in WAITING), sorted(m for m in WAITING if not (root / m).is_file())
