@@ -113,14 +113,16 @@ def test_dashboard_renders_campaign_and_shows_curves(campaign_home, browser, tmp
 def _sorts_by_objective(browser) -> None:
     from selenium.webdriver.common.by import By
 
+    def objectives(b):
+        return [float(r.find_elements(By.TAG_NAME, "td")[2].text)
+                for r in b.find_elements(By.CSS_SELECTOR, "#trials tbody tr")]
+
     header = browser.find_element(By.CSS_SELECTOR, "#trials th[data-key='objective']")
     header.click()
-    values = [float(r.find_elements(By.TAG_NAME, "td")[2].text)
-              for r in browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")]
+    values = _read(browser, objectives)
     assert values == sorted(values)
     browser.find_element(By.CSS_SELECTOR, "#trials th[data-key='objective']").click()
-    values = [float(r.find_elements(By.TAG_NAME, "td")[2].text)
-              for r in browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")]
+    values = _read(browser, objectives)
     assert values == sorted(values, reverse=True)
 
 
@@ -129,10 +131,11 @@ def _click_shows_curves(browser) -> None:
 
     assert not browser.find_elements(By.CSS_SELECTOR, "#curves polyline.curve")
     browser.find_element(By.CSS_SELECTOR, "#trials tbody tr").click()
-    curves = _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#curves polyline.curve"))
-    metrics = {c.get_attribute("data-metric") for c in curves}
+    _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#curves polyline.curve"))
+    metrics, points = _read(browser, lambda b: (
+        {c.get_attribute("data-metric") for c in b.find_elements(By.CSS_SELECTOR, "#curves polyline.curve")},
+        b.find_element(By.CSS_SELECTOR, "#curves polyline.curve").get_attribute("points").split()))
     assert {"loss", "val_loss"} <= metrics
-    points = curves[0].get_attribute("points").split()
     assert len(points) == 2  # two epochs
     assert len(browser.find_elements(By.CSS_SELECTOR, "#timing rect.epoch-time")) == 2
     assert browser.find_elements(By.CSS_SELECTOR, "#timing polyline[data-series='input-wait']")
@@ -158,16 +161,20 @@ def _overlays_roc_curves(browser, url: str) -> None:
         eff_s, eff_b = t["signal_efficiency"], t["background_efficiency"]
         assert len(eff_s) == len(eff_b) > 10 and eff_s == sorted(eff_s)
         assert abs(eff_s[-1] - 1) < 1e-9 and eff_s[0] == 0
-    lines = _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#roc polyline.roc-curve")
-                  if len(b.find_elements(By.CSS_SELECTOR, "#roc polyline.roc-curve")) == 3
-                  else None)
-    assert [int(x.get_attribute("data-trial")) for x in lines] == [
-        t["number"] for t in doc["trials"]]
+    _wait(browser, lambda b: len(b.find_elements(By.CSS_SELECTOR, "#roc polyline.roc-curve")) == 3)
+
+    def roc_panel(b):  # read at once: the panel is redrawn on the page's polls
+        lines = b.find_elements(By.CSS_SELECTOR, "#roc polyline.roc-curve")
+        return ([int(x.get_attribute("data-trial")) for x in lines],
+                lines[0].get_attribute("points").split(),
+                [lb.text.split()[0] for lb in b.find_elements(By.CSS_SELECTOR, "#roc text.roc-label")])
+
+    trials, points, labels = _read(browser, roc_panel)
+    assert trials == [t["number"] for t in doc["trials"]]
     # log y: rejection 1/eps_b falls with the signal efficiency; its highest point is on top
-    ys = [float(p.split(",")[1]) for p in lines[0].get_attribute("points").split()]
+    ys = [float(p.split(",")[1]) for p in points]
     assert ys == sorted(ys) and ys[0] < ys[-1]
-    labels = browser.find_elements(By.CSS_SELECTOR, "#roc text.roc-label")
-    assert [lb.text.split()[0] for lb in labels] == [f"#{t['number']}" for t in doc["trials"]]
+    assert labels == [f"#{t['number']}" for t in doc["trials"]]
 
 
 def _updates_live(browser, url: str, db_url: str) -> None:
