@@ -45,10 +45,10 @@ ln -sfn "$env" .venv
 # Light packages: every requirements/*.txt but the two above, torch.txt and numpy2.txt (below):
 # extras, checks, ... layered on top and re-applied (incrementally, by pip) whenever one
 # of them changes.
-# (bench.txt is not a layer: benchmarks/metrics_api.py installs MLflow into a venv of its own,
+# (hpogrid.txt has a venv of its own, below; bench.txt is not a layer: benchmarks/metrics_api.py installs MLflow into a venv of its own,
 # whose pins, protobuf 6+ among them, would break TensorFlow 2.15 here.)
 light=$(ls requirements/*.txt | grep -v -e '/base.txt$' -e '/horovod.txt$' -e '/torch.txt$' -e '/bench.txt$' \
-  -e '/numpy2.txt$')
+  -e '/numpy2.txt$' -e '/hpogrid.txt$')
 extras_key="$(cat $light | sha256sum | cut -c1-16)"
 if [ ! -f "$env/.extras-$extras_key" ]; then
   log "installing $(echo $light | tr '\n' ' ')"
@@ -87,6 +87,34 @@ if [ ! -f "$np2/.complete" ]; then
   touch "$np2/.complete"
 fi
 ln -sfn "$np2" .venv-numpy2
+# The hpogrid layer (requirements/hpogrid.txt), built like the numpy-2 layer but with the
+# environment's site-packages on its path before the install, so that pip adds only what the
+# environment lacks: hpogrid and pandas. Kept out of the environment itself: Keras imports pandas
+# whenever it is installed (keras/src/engine/data_adapter.py), ~1 s of CPU at every TensorFlow
+# import of every Keras rank, and only tests/unit/test_phpo_steer.py's hpogrid comparison needs it.
+# `.venv-hpogrid` in the clone links to it. An environment that still holds hpogrid from before
+# (it used to be a light layer) has it and pandas removed first (else pip would find them there).
+if "$env/bin/python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("hpogrid") is None)' 2>/dev/null; then
+  log "removing hpogrid and pandas from $env (they live in the hpogrid layer now)"
+  "$env/bin/python" -m pip uninstall -q -y hpogrid pandas >&2
+fi
+hp_key="$( { echo "recipe=1"; echo "$env"; cat requirements/hpogrid.txt; } | sha256sum | cut -c1-16)"
+hp="$root/hpogrid-$hp_key"
+if [ ! -f "$hp/.complete" ]; then
+  log "building the hpogrid layer $hp (requirements/hpogrid.txt; seconds)"
+  rm -rf "$hp"
+  "$env/bin/python" -m venv --without-pip "$hp"
+  site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+  site_of "$env/bin/python" > "$(site_of "$hp/bin/python")/gridml-main-env.pth"
+  # (the environment's numpy pin as a file: pip --python runs pip again in the layer's python)
+  grep -E '^numpy' requirements/base.txt > "$hp/constraints.txt"
+  "$env/bin/python" -m pip --python "$hp/bin/python" install -q -r requirements/hpogrid.txt \
+    -c "$hp/constraints.txt"
+  "$hp/bin/python" -c 'from hpogrid.interface.idds.steering import SteeringIDDS' \
+    || { log "the hpogrid layer does not import hpogrid's steering"; exit 1; }
+  touch "$hp/.complete"
+fi
+ln -sfn "$hp" .venv-hpogrid
 # Other Pythons the payload runtime must run on (GPU nodes bring 3.12 or 3.13): where this machine
 # has one, a small venv of it with requirements/numpy2.txt (numpy 2 and h5py, no torch), listed in
 # .payload-pythons for tests/integration/test_numpy2_torch.py. Reused when built; ~20 s each when

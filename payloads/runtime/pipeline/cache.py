@@ -22,6 +22,7 @@ block below 80%, and blosc2 is installed.
 from __future__ import annotations
 
 import heapq
+import functools
 import math
 import threading
 from typing import Any
@@ -29,15 +30,22 @@ from collections.abc import Hashable
 
 import numpy as np
 
-try:  # optional dependency
-    import blosc2  # type: ignore
-except Exception:
-    blosc2 = None
-
 NEVER = math.inf  # next use beyond what the loader can see
 
 
+@functools.cache
+def _blosc2() -> Any:
+    """blosc2 (optional), imported the first time compression is considered: most runs fit the
+    budget raw, and its import (~0.3 s of CPU) would be paid by every rank."""
+    try:
+        import blosc2  # type: ignore
+    except Exception:
+        return None
+    return blosc2
+
+
 def _pack(arr: np.ndarray) -> tuple[Any, ...]:
+    blosc2 = _blosc2()
     buf = blosc2.compress(np.ascontiguousarray(arr), typesize=arr.dtype.itemsize, clevel=1,
                           codec=blosc2.Codec.LZ4, filter=blosc2.Filter.SHUFFLE)
     return buf, arr.dtype, arr.shape
@@ -45,7 +53,7 @@ def _pack(arr: np.ndarray) -> tuple[Any, ...]:
 
 def _unpack(packed: tuple[Any, ...]) -> np.ndarray:
     buf, dtype, shape = packed
-    return np.frombuffer(blosc2.decompress(buf), dtype=dtype).reshape(shape)
+    return np.frombuffer(_blosc2().decompress(buf), dtype=dtype).reshape(shape)
 
 
 def _nbytes(v: Any) -> int:
@@ -61,7 +69,7 @@ class BlockCache:
 
     def __init__(self, budget_bytes: int, compression: str = "none",
                  policy: str = "clairvoyant") -> None:
-        if compression == "blosc2" and blosc2 is None:
+        if compression == "blosc2" and _blosc2() is None:
             compression = "none"
         self.budget, self.compression, self.policy = int(budget_bytes), compression, policy
         self.used = self.hits = self.misses = self.evictions = 0
@@ -156,7 +164,7 @@ def choose_compression(option: str, sample: dict[str, np.ndarray], raw_total_byt
     """Resolve ``"auto"`` to ``"none"`` or ``"blosc2"`` (see the module docstring)."""
     if option != "auto":
         return option if option in ("none", "blosc2") else "none"
-    if blosc2 is None or raw_total_bytes <= budget_bytes:
+    if raw_total_bytes <= budget_bytes or _blosc2() is None:
         return "none"
     raw = sum(v.nbytes for v in sample.values())
     packed = sum(_nbytes(_pack(v)) for v in sample.values())
