@@ -175,17 +175,21 @@ def layout_sidecars(workdir: Path, dids: list[str]) -> list[str]:
 
 
 def payload_command(workers: int, controller: str, trial_file: str,
-                    python: str = "python", horovodrun: str = "horovodrun", *,
-                    framework: str = "keras", torchrun: str = "torchrun") -> list[str]:
+                    python: str = "python", *, framework: str = "keras",
+                    torchrun: str = "torchrun") -> list[str]:
     """The payload's command line: Horovod's launcher around ``python -m payloads.train_keras``,
     or for ``framework: torch`` torchrun (one node, ``workers`` processes, a c10d rendezvous on a
     free local port) around ``-m payloads.train_torch``; torchrun starts its own interpreter.
 
+    Horovod's launcher is horovodrun itself, started as ``python -m payloads.hvdrun`` (the same
+    arguments and code) so that its build probe does not import all of TensorFlow first: ~5 s
+    of CPU and wall less before every multi-rank Keras trial (payloads/hvdrun.py).
+
     One worker runs ``python -m payloads.train_<framework>`` itself, with no launcher: the
     payload is then a single rank (Horovod's Gloo controller in one process, no process group
     for torch) and trains, reports and exits exactly as under a launcher, while a launcher only
-    adds its own start (horovodrun ~6 s of CPU, torchrun ~4 s here: the framework imported once
-    more) to every one-GPU trial."""
+    adds its own start (torchrun ~4 s of CPU here: the framework imported once more) to every
+    one-GPU trial."""
     module = "payloads.train_torch" if framework == "torch" else "payloads.train_keras"
     if workers == 1:
         return [python, "-m", module, trial_file]
@@ -193,8 +197,8 @@ def payload_command(workers: int, controller: str, trial_file: str,
         return [torchrun, "--nnodes", "1", "--nproc-per-node", str(workers), "--rdzv-backend",
                 "c10d", "--rdzv-endpoint", "localhost:0", "-m", "payloads.train_torch",
                 trial_file]
-    return [horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", f"--{controller}",
-            python, "-m", "payloads.train_keras", trial_file]
+    return [python, "-m", "payloads.hvdrun", "-np", str(workers), "-H", f"localhost:{workers}",
+            f"--{controller}", python, "-m", "payloads.train_keras", trial_file]
 
 
 def local_payload_command(req: TaskRequest) -> list[str]:
@@ -204,7 +208,6 @@ def local_payload_command(req: TaskRequest) -> list[str]:
 
     return payload_command(req.workers, req.launcher, str(req.trial_file),
                            python=payload_python(req.python),
-                           horovodrun=launcher_path("horovodrun", req.python),
                            framework=req.trial.training.framework,
                            torchrun=launcher_path("torchrun", req.python))
 

@@ -5,7 +5,7 @@ prun's transformation (runGen), which calls::
 
     python -m payloads.pilot_wrapper --train f1,f2 --validation v1 [--test e1] --trial <b64> \\
         --sandbox jobO.gridml-<hash>.tar.gz --model-name mlp.py [--gpus N] -- \\
-        horovodrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras trial.json
+        python -m payloads.hvdrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras trial.json
 
 This wrapper then
 1. unpacks the user's code from the task's sandbox (``-a``: runGen fetched it from PanDA's

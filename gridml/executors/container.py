@@ -6,8 +6,8 @@ folder (read-write: trial.json, outputs/, the attempt's log and exit-code file),
 folder and the folders of its data files (read-only). Two ways to use an image
 (docs/containers.md):
 
-- **The image holds the payload** (containers/Containerfile): ``torchrun`` / ``horovodrun`` /
-  ``python`` are taken by name from the image's ``PATH``.
+- **The image holds the payload** (containers/Containerfile): ``torchrun`` / ``python`` (and
+  horovodrun as ``python -m payloads.hvdrun``) are taken by name from the image's ``PATH``.
 - **The image is the operating system, the payload's environment comes from this machine**:
   with ``payload.python`` (or ``$GRIDML_PAYLOAD_PYTHON``) naming an environment that exists
   here, that environment, its base installation (a venv's ``pyvenv.cfg`` ``home``, unless that
@@ -80,7 +80,7 @@ def inner_command(req: TaskRequest) -> list[str]:
         return payload_command(req.workers, req.launcher, str(req.trial_file), framework=framework)
     python = Path(payload_python(configured))
     return payload_command(req.workers, req.launcher, str(req.trial_file), python=str(python),
-                           horovodrun=str(python.parent / "horovodrun"), framework=framework,
+                           framework=framework,
                            torchrun=str(python.parent / "torchrun"))
 
 

@@ -210,10 +210,9 @@ def prepare(template: Path, files: Files, cwd: Path, server: Server | None,
 def run_payload(doc: contract.TrialDoc, cwd: Path) -> tuple[int, str]:
     """The framework's payload command; (exit code, the last reason line of its log)."""
     bindir = Path(sys.executable).parent
-    launcher = str(bindir / "horovodrun") if (bindir / "horovodrun").exists() else "horovodrun"
     torchrun = str(bindir / "torchrun") if (bindir / "torchrun").exists() else "torchrun"
     command = payload_command(doc.training.workers, doc.training.launcher, "trial.json",
-                              python=sys.executable, horovodrun=launcher,
+                              python=sys.executable,
                               framework=doc.training.framework, torchrun=torchrun)
     env = {**HOROVOD_DEFAULTS, **os.environ}
     log_path = cwd / "payload.log"

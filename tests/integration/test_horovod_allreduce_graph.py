@@ -49,7 +49,9 @@ SCRIPT = textwrap.dedent("""
 def test_two_ranks_on_different_rows_stay_identical(tmp_path: Path) -> None:
     script = tmp_path / "allreduce.py"
     script.write_text(SCRIPT)
-    cmd = ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(script)]
+    # horovodrun as gridml starts it (payloads/hvdrun.py)
+    cmd = [sys.executable, "-m", "payloads.hvdrun", "-np", "2", "-H", "localhost:2", "--gloo",
+           sys.executable, str(script)]
     proc = subprocess.run(cmd, cwd=tmp_path, env=payload_env(), capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -33,7 +33,8 @@ def test_dry_run_prints_the_task_parameters_of_the_first_batch(tmp_path: Path, g
         assert task["container_name"] == "docker://ghcr.io/gridml/payload:0.1"
         assert task["site"] == "ANALY_GPU_X" and task["maxWalltime"] == 3
         assert task["dsForIN"] == train and task["nFilesPerJob"] == 2
-        assert "-- horovodrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras" in exec_string(task)
+        assert ("-- python -m payloads.hvdrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras"
+                in exec_string(task))
         doc = trial_doc_of(task)
         assert doc["data"]["train"] == ["train_000.h5", "train_001.h5"]  # the pilot stages them by name
         assert doc["hparams"] and doc["api"]["url"] == "http://SERVER"

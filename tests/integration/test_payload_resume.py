@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gridml.planner import payload_command
 from test_payload_train import payload_env, run_payload, write_trial
 
 pytestmark = pytest.mark.slow
@@ -25,8 +26,7 @@ def _epochs(out: Path) -> list[int]:
 
 
 def _kill_after_first_checkpoint(trial: Path, out: Path, timeout: float = 240) -> None:
-    cmd = ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m",
-           "payloads.train_keras", str(trial)]
+    cmd = payload_command(2, "gloo", str(trial), python=sys.executable)  # as gridml runs it
     proc = subprocess.Popen(cmd, cwd=trial.parent, env=payload_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = out / "checkpoint" / "state.json"

@@ -1,4 +1,5 @@
-"""The real payload under the real ``horovodrun -np 2 --gloo`` on tiny sample data."""
+"""The real payload under the real horovodrun (``-np 2 --gloo``, started as gridml starts it:
+``python -m payloads.hvdrun``) on tiny sample data."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 from collections.abc import Iterator
 
 import pytest
+
+from gridml.planner import payload_command
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -50,8 +53,7 @@ def write_trial(tmp: Path, train: list[Path], val: list[Path], **over: Any) -> P
 
 
 def run_payload(trial: Path, ranks: int = 2, timeout: int = 240) -> subprocess.CompletedProcess:
-    cmd = ["horovodrun", "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo",
-           sys.executable, "-m", "payloads.train_keras", str(trial)]
+    cmd = payload_command(ranks, "gloo", str(trial), python=sys.executable)  # as gridml runs it
     return subprocess.run(cmd, cwd=trial.parent, env=payload_env(), capture_output=True,
                           text=True, timeout=timeout)
 

@@ -169,7 +169,7 @@ def test_exec_string_carries_trial_and_model_and_the_planner_command() -> None:
     p = render_task_params(base_task())
     command = exec_string(p)
     assert command.startswith("python -m payloads.pilot_wrapper --train %IN --validation %IN2 ")
-    assert command.endswith("-- horovodrun -np 2 -H localhost:2 --gloo python -m "
+    assert command.endswith("-- python -m payloads.hvdrun -np 2 -H localhost:2 --gloo python -m "
                             "payloads.train_keras trial.json")
     assert f"--sandbox {SANDBOX} --model-name mlp.py" in command and "--model " not in command
     assert {"type": "constant", "value": f"-a {SANDBOX}"} == p["jobParameters"][3]  # prun's place
@@ -178,7 +178,7 @@ def test_exec_string_carries_trial_and_model_and_the_planner_command() -> None:
     assert unpack_option(lone, "--model") == MODEL
     assert lone.endswith(" -- python -m payloads.train_keras trial.json")  # one worker: no launcher
     with_env = job_command(DOC, MODEL, "mlp.py", workers=3, controller="mpi", env={"A": "x y"})
-    assert "--env 'A=x y' -- horovodrun -np 3 -H localhost:3 --mpi" in with_env
+    assert "--env 'A=x y' -- python -m payloads.hvdrun -np 3 -H localhost:3 --mpi" in with_env
     assert trial_doc_of(p) == DOC
 
 

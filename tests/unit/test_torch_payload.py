@@ -171,8 +171,9 @@ def test_hooks_are_checked_on_the_submit_host(tmp_path: Path) -> None:
 
 def test_launch_commands() -> None:
     keras = payload_command(2, "gloo", "trial.json")
-    assert keras == ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "python", "-m",
-                     "payloads.train_keras", "trial.json"]
+    # horovodrun's own code, started without its TensorFlow-importing build probe
+    assert keras == ["python", "-m", "payloads.hvdrun", "-np", "2", "-H", "localhost:2", "--gloo",
+                     "python", "-m", "payloads.train_keras", "trial.json"]
     assert payload_command(3, "gloo", "trial.json", framework="torch") == [
         "torchrun", "--nnodes", "1", "--nproc-per-node", "3", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "localhost:0", "-m", "payloads.train_torch", "trial.json"]

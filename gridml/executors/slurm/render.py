@@ -4,7 +4,8 @@ One trial is one batch job named ``gridml.<study>.trial-NNNN`` (found again by t
 attempt in the job's comment (``gridml-attempt-N``). ``resources`` are per node; the trial's
 ``workers`` ranks are spread over ``resources.nodes`` nodes:
 
-- one node: the payload command the local executor runs (``horovodrun -np W -H localhost:W``),
+- one node: the payload command the local executor runs (horovodrun:
+  ``python -m payloads.hvdrun -np W -H localhost:W``),
   inside the allocation; but with ``training.horovod: mpi`` the ``mpirun`` line below (OpenMPI
   refuses ``-H localhost`` inside an allocation);
 - several nodes: ``mpirun -np W`` (OpenMPI and MPICH read the Slurm allocation: one slot per

@@ -45,7 +45,7 @@ gridml_run() {  # the launcher in the background: a trap runs while it does
 trap gridml_warned USR1
 echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
 rm -f exit_code payload_exit_code
-gridml_run apptainer exec /sw/images/gridml.sif horovodrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-container/trial-0000/attempt-1/trial.json
+gridml_run apptainer exec /sw/images/gridml.sif python -m payloads.hvdrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-container/trial-0000/attempt-1/trial.json
 code=$?
 if [ "$code" -ne 0 ] && [ -s payload_exit_code ]; then code=$(cat payload_exit_code); fi
 echo $code > exit_code.tmp && mv exit_code.tmp exit_code
@@ -98,7 +98,7 @@ gridml_run() {  # the launcher in the background: a trap runs while it does
 trap gridml_warned USR1
 echo "[gridml] job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (batch node ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0})" >&2
 rm -f exit_code payload_exit_code
-gridml_run apptainer exec /sw/images/gridml.sif horovodrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-container/trial-0001/attempt-1/trial.json
+gridml_run apptainer exec /sw/images/gridml.sif python -m payloads.hvdrun -np 2 -H localhost:2 --gloo python -m payloads.train_keras <DRYRUN>/runs/dry-one-node-container/trial-0001/attempt-1/trial.json
 code=$?
 if [ "$code" -ne 0 ] && [ -s payload_exit_code ]; then code=$(cat payload_exit_code); fi
 echo $code > exit_code.tmp && mv exit_code.tmp exit_code
