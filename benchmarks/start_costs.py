@@ -17,8 +17,12 @@ children), the median of ``--repeat`` runs, next to its raw limit:
   AutoGraph (``payloads.runtime.session._plain_graph_allreduce``, what the payload does); and the
   payload itself (``python -m payloads.train_keras``: the same training plus its reports, input
   pipeline, model.keras, model.onnx checked with onnxruntime, curves.png, provenance).
+* **Horovod's launcher**, two ranks that only sleep for a second (``--gloo``): ``python -m
+  payloads.hvdrun`` (what gridml runs: horovodrun's code, its build probe asked of Horovod's
+  TensorFlow library) against ``horovodrun`` as users run it (its probe imports all of
+  TensorFlow in a forked child), next to the two sleeping ranks alone (the raw limit).
 
-Bounded: about three minutes with --repeat 3.
+Bounded: about three and a half minutes with --repeat 3.
 """
 
 from __future__ import annotations
@@ -202,6 +206,22 @@ def keras_rows(tmp: Path, repeat: int) -> list[tuple[str, float, str]]:
     return rows
 
 
+def launcher_rows(tmp: Path, repeat: int) -> list[tuple[str, float, str]]:
+    env = base_env(tmp / "home-l")
+    ranks = [sys.executable, "-c", "import time; time.sleep(1)"]
+    args = ["-np", "2", "-H", "localhost:2", "--gloo", *ranks]
+    raw = median_cpu([sys.executable, "-c", "import subprocess, sys; "
+                      "[p.wait() for p in [subprocess.Popen(sys.argv[1:]) for _ in range(2)]]",
+                      *ranks], env, tmp, repeat)
+    horovodrun = shutil.which("horovodrun", path=env["PATH"]) or "horovodrun"
+    return [("two sleeping ranks, no launcher", raw, "the raw limit"),
+            ("python -m payloads.hvdrun --gloo",
+             median_cpu([sys.executable, "-m", "payloads.hvdrun", *args], env, tmp, repeat),
+             "what gridml runs"),
+            ("horovodrun --gloo", median_cpu([horovodrun, *args], env, tmp, repeat),
+             "as users run it")]
+
+
 def table(title: str, rows: list[tuple[str, float, str]]) -> None:
     base = rows[0][1]
     print(f"\n{title}")
@@ -220,6 +240,7 @@ def main() -> None:
         table("the CLI (a study of 8 finished trials)", cli_rows(tmp, args.repeat))
         if not args.skip_keras:
             table("a one-rank Keras trial, 2 epochs of 800 rows", keras_rows(tmp, args.repeat))
+            table("Horovod's launcher, two ranks that sleep 1 s", launcher_rows(tmp, args.repeat))
 
 
 if __name__ == "__main__":
