@@ -73,6 +73,8 @@ fi
 # while its numpy 2 wins. Named by that file, the recipe and the environment it extends; reused
 # when built (a file check), ~6 s and ~90 MB when not. `.venv-numpy2` in the clone links to it;
 # tests/integration/test_numpy2_torch.py runs the PyTorch payload with its python.
+# a venv's site-packages folder (the layers below append the environment's with a .pth line)
+site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 np2_key="$( { echo "recipe=1"; echo "$env"; cat requirements/numpy2.txt; } | sha256sum | cut -c1-16)"
 np2="$root/numpy2-$np2_key"
 if [ ! -f "$np2/.complete" ]; then
@@ -80,7 +82,6 @@ if [ ! -f "$np2/.complete" ]; then
   rm -rf "$np2"
   "$env/bin/python" -m venv --without-pip "$np2"   # the environment's base interpreter
   "$env/bin/python" -m pip --python "$np2/bin/python" install -q -r requirements/numpy2.txt
-  site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
   site_of "$env/bin/python" > "$(site_of "$np2/bin/python")/gridml-main-env.pth"
   "$np2/bin/python" -c 'import numpy, h5py; assert int(numpy.__version__.split(".")[0]) >= 2, numpy.__file__' \
     || { log "the numpy-2 layer does not import numpy 2 first"; exit 1; }
@@ -104,7 +105,6 @@ if [ ! -f "$hp/.complete" ]; then
   log "building the hpogrid layer $hp (requirements/hpogrid.txt; seconds)"
   rm -rf "$hp"
   "$env/bin/python" -m venv --without-pip "$hp"
-  site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
   site_of "$env/bin/python" > "$(site_of "$hp/bin/python")/gridml-main-env.pth"
   # (the environment's numpy pin as a file: pip --python runs pip again in the layer's python)
   grep -E '^numpy' requirements/base.txt > "$hp/constraints.txt"
