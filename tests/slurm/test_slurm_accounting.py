@@ -170,7 +170,8 @@ def _start_now(job: str) -> None:
 
 
 def test_scontrol_requeue_is_followed_as_the_same_attempt(harness: Any) -> None:
-    h = harness(payload(before="sleep 20; "), slurm=", options: {requeue: true}")
+    # 10 s a run: the requeue comes the moment the job is seen running (polled every 0.5 s)
+    h = harness(payload(before="sleep 10; "), slurm=", options: {requeue: true}")
     handle = h.submit()
     wait_for(lambda: h.executor.poll(handle).state == "running", 120, "the job running", interval=0.5)
     _scontrol("requeue", h.job)
