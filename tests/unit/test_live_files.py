@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,27 @@ def test_a_trial_whose_batches_stop_is_stalled(world: dict) -> None:
     progress.batch()  # moving again
     time.sleep(0.15)
     assert live.stalled(a) is None
+
+
+def test_an_attempt_already_hung_when_first_seen_is_stalled_an_earlier_ones_progress_is_not(
+        world: dict) -> None:
+    """The controller may first look at an attempt after it hung (a busy submit host, a resumed
+    controller, a hang seconds after the start): progress written after the attempt's
+    submission starts the clock at that look; progress from before it (an earlier attempt's)
+    still waits for the attempt's own first write. Both trials' progress never moves here."""
+    store, (a, b) = world["store"], world["trials"]
+    Progress = channel.Progress
+    Progress(world["paths"].trial(b.number), every_s=0).epoch_start(1, 50)  # b's earlier attempt
+    time.sleep(0.05)
+    a = store.update_trial(a.id, attempts=1, started=datetime.now(UTC))
+    b = store.update_trial(b.id, attempts=2, started=datetime.now(UTC))
+    hung = Progress(world["paths"].trial(a.number), every_s=0)
+    hung.epoch_start(3, 10)  # a's attempt got to epoch 3 and hung before the first look
+    live = channel_of(world, stall_timeout=1)
+    assert live.stalled(a) is None and live.stalled(b) is None  # first sight of both
+    time.sleep(1.2)
+    assert live.stalled(a) == "stalled: no batch for 1 s"
+    assert live.stalled(b) is None  # an earlier attempt's progress: b has not started yet
 
 
 def test_the_payload_and_the_controller_name_the_same_files(world: dict) -> None:
