@@ -287,11 +287,13 @@ class LiveChannel:
     def stalled(self, trial: Trial) -> str | None:
         """``stalled: no batch for N s`` when the trial's progress has not moved for
         ``stall_timeout`` (judged by progress.json's content only), else None. The clock starts
-        at the attempt's first progress (what an earlier attempt left does not count: written
-        before this attempt was submitted); progress this attempt had already written when the
-        controller first looked (a busy submit host, a resumed controller, a trial that hung
-        within seconds of its start) starts it at that look. The file is read at most every
-        tenth of the timeout."""
+        at the attempt's first progress (what an earlier attempt left does not count). Progress
+        this attempt had already written when the controller first looked at it (a busy submit
+        host, a trial that hung within seconds of its restart) starts it at that look: a pid
+        other than the one last seen of the attempt before is this attempt's (pids, not the
+        file's times: the nodes' clocks are not the controller's). With no earlier attempt seen
+        (a resumed controller) what is there counts as an earlier attempt's. The file is read
+        at most every tenth of the timeout."""
         if self.stall_s <= 0:
             return None
         now = time.monotonic()
@@ -301,8 +303,10 @@ class LiveChannel:
         p = self.progress(trial.number) or {}
         key = (p.get("pid"), p.get("epoch"), p.get("total"), p.get("epoch_done"), p.get("time"))
         if w is None or w.attempt != trial.attempts:  # first sight of this attempt
-            stale = key if _earlier_attempts(p, trial) else None
-            self._watch[trial.id] = _Watch(trial.attempts, key, now, now, stale=stale)
+            before = w.key if w is not None and w.attempt == trial.attempts - 1 else None
+            ours = before is not None and p.get("pid") is not None and p.get("pid") != before[0]
+            self._watch[trial.id] = _Watch(trial.attempts, key, now, now,
+                                           stale=None if ours else key)
             return None
         w.checked = now
         if key != w.key:
@@ -342,16 +346,6 @@ class LiveChannel:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(n + 1))
         return n == 0
-
-
-def _earlier_attempts(progress: dict[str, Any], trial: Trial) -> bool:
-    """Whether ``progress`` (progress.json's content) may be an earlier attempt's: none yet, or
-    written before the trial's current attempt was submitted (``trial.started``), or no
-    submission time known."""
-    written = progress.get("time")
-    if not isinstance(written, (int, float)) or trial.started is None:
-        return True
-    return float(written) < trial.started.timestamp()
 
 
 def progress_of(trial_dir: Path) -> dict[str, Any] | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -131,23 +130,31 @@ def test_a_trial_whose_batches_stop_is_stalled(world: dict) -> None:
 
 def test_an_attempt_already_hung_when_first_seen_is_stalled_an_earlier_ones_progress_is_not(
         world: dict) -> None:
-    """The controller may first look at an attempt after it hung (a busy submit host, a resumed
-    controller, a hang seconds after the start): progress written after the attempt's
-    submission starts the clock at that look; progress from before it (an earlier attempt's)
-    still waits for the attempt's own first write. Both trials' progress never moves here."""
+    """The controller may first look at a retried attempt after it hung (a busy submit host, a
+    hang seconds after the restart): progress from another process than the attempt before
+    starts the clock at that look; the earlier attempt's own progress (its pid) still waits
+    for the new attempt's first write. Neither trial's progress moves after the retry."""
     store, (a, b) = world["store"], world["trials"]
-    Progress = channel.Progress
-    Progress(world["paths"].trial(b.number), every_s=0).epoch_start(1, 50)  # b's earlier attempt
-    time.sleep(0.05)
-    a = store.update_trial(a.id, attempts=1, started=datetime.now(UTC))
-    b = store.update_trial(b.id, attempts=2, started=datetime.now(UTC))
-    hung = Progress(world["paths"].trial(a.number), every_s=0)
-    hung.epoch_start(3, 10)  # a's attempt got to epoch 3 and hung before the first look
+
+    def progress(t: Trial, pid: int, epoch: int) -> None:  # as rank 0 writes it (channel.Progress)
+        (world["paths"].trial(t.number) / channel.PROGRESS).write_text(json.dumps(
+            {"epoch": epoch, "batch": 4, "batches": 10, "total": 4 + 10 * (epoch - 1),
+             "epoch_done": False, "time": time.time(), "pid": pid}))
+
     live = channel_of(world, stall_timeout=1)
-    assert live.stalled(a) is None and live.stalled(b) is None  # first sight of both
+    for t in (a, b):  # attempt 1 of each, seen training
+        progress(t, 101, 1)
+        live.stalled(store.update_trial(t.id, attempts=1))
+        time.sleep(0.15)
+        progress(t, 101, 2)
+        assert live.stalled(store.get_trial(t.id)) is None
+    a = store.update_trial(a.id, attempts=2)  # both retried; a's new ranks hung in epoch 3
+    b = store.update_trial(b.id, attempts=2)  # before the controller looked; b's not started
+    progress(a, 202, 3)
+    assert live.stalled(a) is None and live.stalled(b) is None  # first sight of attempt 2
     time.sleep(1.2)
     assert live.stalled(a) == "stalled: no batch for 1 s"
-    assert live.stalled(b) is None  # an earlier attempt's progress: b has not started yet
+    assert live.stalled(b) is None  # attempt 1's progress: b's attempt 2 is not judged yet
 
 
 def test_the_payload_and_the_controller_name_the_same_files(world: dict) -> None:
