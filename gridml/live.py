@@ -304,7 +304,8 @@ class LiveChannel:
         key = (p.get("pid"), p.get("epoch"), p.get("total"), p.get("epoch_done"), p.get("time"))
         if w is None or w.attempt != trial.attempts:  # first sight of this attempt
             before = w.key if w is not None and w.attempt == trial.attempts - 1 else None
-            ours = before is not None and p.get("pid") is not None and p.get("pid") != before[0]
+            ours = before is not None and None not in (before[0], p.get("pid")) \
+                and p.get("pid") != before[0]
             self._watch[trial.id] = _Watch(trial.attempts, key, now, now,
                                            stale=None if ours else key)
             return None
