@@ -28,6 +28,9 @@ next slab / epoch time), ``epoch_time`` (validation and metric reductions includ
 ``extra.cpu_util``. Epoch 1 (CUDA start-up, first read and gzip decode of every chunk, the RAM
 cache filling) is shown apart from the mean of the later epochs (steady state, chunks from the
 cache). "payload wall" is the whole torchrun run: start-up, all epochs, model.pt/ONNX export.
+With --defer 16,1,1,16 part A runs each model once per value, in that order, with the payload's
+metrics counting that many batches at once on the GPU (torch_model.DEFER; 1 counts each batch as
+it comes, as before DEFER): the rows "defer=N #k" side by side say what deferring buys.
 
 Part B, side by side in this process: the same model, optimizer and precision in a plain
 training loop (zero_grad, forward, loss, backward, step; no metrics) fed three ways:
@@ -341,12 +344,27 @@ def make_trial(folder: Path, name: str, model: Path, hparams: dict[str, Any], tr
 
 
 # ---- Part A: the payload end to end ----------------------------------------------------------------
-def run_payload(trial: Path, ranks: int, timeout: float, log_path: Path) -> dict[str, Any]:
+DEFER_LAUNCHER = """import runpy
+from payloads.runtime import torch_model
+torch_model.DEFER = {defer}
+runpy.run_module("payloads.train_torch", run_name="__main__", alter_sys=True)
+"""
+
+
+def run_payload(trial: Path, ranks: int, timeout: float, log_path: Path,
+                defer: int | None = None) -> dict[str, Any]:
     """torchrun around ``-m payloads.train_torch`` as gridml's planner starts it; rank 0's epoch
-    log lines are time-stamped as they arrive (the GPU windows)."""
+    log lines are time-stamped as they arrive (the GPU windows). With ``defer``, torchrun runs a
+    two-line script that sets ``torch_model.DEFER`` and then runs the same module."""
+    if defer is None:
+        target = ["-m", "payloads.train_torch"]
+    else:
+        launcher = trial.parent / f"train_torch_defer{defer}.py"
+        launcher.write_text(DEFER_LAUNCHER.format(defer=int(defer)))
+        target = [str(launcher)]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
-           str(ranks), "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "-m",
-           "payloads.train_torch", str(trial)]
+           str(ranks), "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", *target,
+           str(trial)]
     exit_file = trial.parent / "payload_exit_code"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
@@ -714,6 +732,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "rank's spare cores, at most 4, on a GPU; 0 on a CPU) or a number")
     p.add_argument("--ranks", type=int, help="part A ranks (default: the GPUs, 1 on a CPU)")
     p.add_argument("--cpu", action="store_true", help="stay on the CPU even with a GPU")
+    p.add_argument("--defer", default="",
+                   help="part A again for each of these comma-separated counts of batches the "
+                        "payload's metrics count at once on a GPU (payloads.runtime.torch_model."
+                        "DEFER, 16; 1 counts each batch as it comes), in this order per model, "
+                        "e.g. 16,1,16,1 to interleave; default: one run with the payload's own")
     p.add_argument("--timeout-a", type=float, default=420, help="time limit of one payload run (s)")
     p.add_argument("--budget-s", type=float, default=560,
                    help="the whole run's time (s); pieces that no longer fit are skipped")
@@ -731,6 +754,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             p.error("--reader-processes: auto or a number")
         a.reader_processes = int(a.reader_processes)
     a.models = [m.strip() for m in a.models.split(",") if m.strip()]
+    try:
+        a.defer = [int(x) for x in a.defer.split(",") if x.strip()] or [None]
+    except ValueError:
+        p.error("--defer: comma-separated whole numbers, e.g. 16,1")
+    if any(d is not None and d < 1 for d in a.defer):
+        p.error("--defer: counts of 1 or more")
     a.parts = [x.strip().lower() for x in a.parts.split(",") if x.strip()]
     bad = [m for m in a.models if m not in ("quickstart", "wide")]
     if bad or not set(a.parts) <= {"a", "b"}:
@@ -781,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
                    "chunk_rows": a.chunk_rows, "compression": a.compression, "batch": a.batch,
                    "epochs": a.epochs, "mixed_precision": a.mixed_precision, "ranks": ranks,
                    "naive_workers": a.naive_workers, "reader_processes": a.reader_processes,
+                   "defer": a.defer,
                    "seconds_naive": a.seconds_naive,
                    "seconds_b": a.seconds_b, "warmup": a.warmup, "cores": cores,
                    "wide": {"units": a.wide_units, "layers": a.wide_layers}},
@@ -810,13 +840,19 @@ def main(argv: list[str] | None = None) -> int:
         res["trials"] = {n: json.loads(p.read_text()) for n, p in trials.items()}
         write_json(a.out, res)
         if "a" in a.parts:
-            for name, trial in trials.items():
+            runs = [(name, trial, d, i) for name, trial in trials.items()
+                    for i, d in enumerate(a.defer)]
+            for name, trial, defer, i in runs:
+                key = name if a.defer == [None] else f"{name} defer={defer} #{i + 1}"
                 budget = deadline - time.monotonic()
                 if budget < 30:
-                    res["part_a"][name] = {"error": "skipped: --budget-s spent"}
+                    res["part_a"][key] = {"error": "skipped: --budget-s spent"}
                     continue
-                print(f"part A, {name}: the payload ...", flush=True)
-                run = run_payload(trial, ranks, min(a.timeout_a, budget), logs / f"payload-{name}.log")
+                print(f"part A, {key}: the payload ...", flush=True)
+                # a run of its own: the payload would go on from the last run's checkpoint
+                shutil.rmtree(trial.parent / "outputs", ignore_errors=True)
+                log = logs / f"payload-{name}{'' if defer is None else f'-defer{defer}-{i + 1}'}.log"
+                run = run_payload(trial, ranks, min(a.timeout_a, budget), log, defer)
                 reports = read_reports(trial.parent / "outputs")
                 r = {"rc": run["rc"], "wall_s": run["wall_s"], "error": run["error"],
                      "reports": reports}
@@ -828,7 +864,8 @@ def main(argv: list[str] | None = None) -> int:
                 if run["error"]:
                     r["log_tail"] = run["log_tail"]
                     print("\n".join(run["log_tail"][-15:]), file=sys.stderr)
-                res["part_a"][name] = r
+                r["defer"] = defer
+                res["part_a"][key] = r
                 write_json(a.out, res)
         if "b" in a.parts:
             for name, trial in trials.items():

@@ -36,6 +36,21 @@ log = logging.getLogger("gridml.payload")
 
 
 # ---- the process group and the device ----------------------------------------------------------
+def backend_for(device_type: str, local_ranks: int, gpus: int) -> tuple[str, str | None]:
+    """The process group's backend, and a line for the log when it is not the obvious one.
+    NCCL needs a GPU of its own per rank (two ranks on one GPU fail with "Duplicate GPU
+    detected"): where this node runs more ranks than it has GPUs (``training.workers`` above
+    ``resources.gpus``), the ranks share the GPUs and talk through Gloo, which reduces CUDA
+    tensors by way of the host; the result is the same, only slower."""
+    if device_type != "cuda":
+        return "gloo", None
+    if local_ranks <= gpus:
+        return "nccl", None
+    return "gloo", (f"{local_ranks} ranks on this node share {gpus} GPU(s): the process group is "
+                    f"gloo, since NCCL needs a GPU per rank (give each rank one: resources.gpus "
+                    f">= training.workers per node)")
+
+
 class Dist:
     """This rank in the job: torch.distributed when launched by torchrun, else a single rank."""
 
@@ -44,9 +59,14 @@ class Dist:
         self.size = int(os.environ.get("WORLD_SIZE", 1))
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.on = "MASTER_ADDR" in os.environ and self.size >= 1
+        self.backend: str | None = None
         if self.on:
-            dist.init_process_group("nccl" if device_type == "cuda" else "gloo",
-                                    timeout=datetime.timedelta(seconds=300))
+            gpus = torch.cuda.device_count() if device_type == "cuda" else 0
+            self.backend, note = backend_for(
+                device_type, int(os.environ.get("LOCAL_WORLD_SIZE", self.size)), gpus)
+            if note and self.rank == 0:
+                log.warning(note)
+            dist.init_process_group(self.backend, timeout=datetime.timedelta(seconds=300))
 
     def all_reduce(self, t: torch.Tensor) -> Any:
         return dist.all_reduce(t) if self.on and self.size > 1 else None
@@ -579,8 +599,9 @@ def run(cfg: TrialDoc, plan: threads.ThreadPlan) -> int:
     procs = reader_processes(cfg.training.options.reader_processes, plan,
                              "GPU" if device.type == "cuda" else "CPU")
     if ranks.rank == 0:
-        log.info("trial %s/%s: torch %s, %d ranks, device %s, threads %s (torch %s)", cfg.study,
-                 cfg.trial_number, torch.__version__, ranks.size, device, plan.as_dict(), pools)
+        log.info("trial %s/%s: torch %s, %d ranks, device %s, process group %s, threads %s "
+                 "(torch %s)", cfg.study, cfg.trial_number, torch.__version__, ranks.size, device,
+                 ranks.backend or "none", plan.as_dict(), pools)
     cfg.output_dir.mkdir(parents=True, exist_ok=True)
     data = open_data(cfg, ranks.rank, ranks.size, procs, gather_threads(plan))
     if ranks.rank == 0:  # after open_data, which may drop them (unfiltered data)

@@ -210,6 +210,17 @@ def test_precision_and_device_fall_back_to_cpu() -> None:
         assert choose_device(1, 3) == cpu
 
 
+def test_ranks_that_share_a_gpu_talk_through_gloo() -> None:
+    from payloads.runtime.torch_fit import backend_for
+
+    assert backend_for("cpu", 2, 0) == ("gloo", None)
+    assert backend_for("cuda", 2, 2) == ("nccl", None)
+    assert backend_for("cuda", 1, 4) == ("nccl", None)
+    backend, note = backend_for("cuda", 2, 1)  # NCCL refuses two ranks on one GPU
+    assert backend == "gloo"
+    assert note is not None and "2 ranks" in note and "resources.gpus" in note
+
+
 def test_spec_framework_and_horovod(tmp_path: Path) -> None:
     from gridml.spec.model import Spec
 
