@@ -206,6 +206,13 @@ class LiveChannel:
         except OSError as exc:
             log.warning("%s: not written: %s", self.paths.live_state, exc)
 
+    def requeued(self, trial: Trial) -> None:
+        """The trial's job went back to the queue as the same attempt (Slurm requeued it: a
+        preemption with PreemptMode=REQUEUE, ``scontrol requeue``, a lost node). Its time in
+        the queue is no stall: the progress its run before left is not judged again until the
+        next run writes its own (as at a first sight with no earlier attempt seen)."""
+        self._watch.pop(trial.id, None)
+
     def forget(self, trial: Trial) -> None:
         """The trial ended: its offset and stall watch are no longer needed in memory."""
         self._watch.pop(trial.id, None)

@@ -177,3 +177,54 @@ def test_the_cycle_is_the_executors_own_else_two_seconds(world: dict) -> None:
     assert Campaign(*args, LocalExecutor(), *rest).poll_s == LocalExecutor.poll_s == 0.5
     assert Campaign(*args, DryRunExecutor(), *rest).poll_s == DEFAULT_POLL_S == 2.0
     assert Campaign(*args, LocalExecutor(), *rest, poll_s=3.0).poll_s == 3.0
+
+
+def test_a_requeued_job_is_not_judged_stalled_on_the_progress_of_its_run_before(
+        world: dict) -> None:
+    """A Slurm job that went back to the queue (a preemption with PreemptMode=REQUEUE,
+    ``scontrol requeue``, a lost node) stays the same attempt. Its time in the queue is no
+    stall: running again, it is not judged on what its run before wrote; once the new run
+    writes, the clock runs again."""
+    import time
+
+    spec = write_spec(world["tmp"] / "requeue.yaml", "ctl", "user.t:train", "user.t:val",
+                      backend="backend: {executor: local, data: local, server: embedded, "
+                              "stall_timeout: 1s}\n")
+
+    class Requeued(DryRunExecutor):
+        state = "running"
+
+        def poll(self, handle: str) -> TaskStatus:
+            return super().poll(handle) if handle in self._killed else TaskStatus(self.state)
+
+    ex = Requeued()
+    c = campaign({**world, "loaded": load_spec(spec, did_exists=world["data"].exists)}, ex)
+    c.step()
+    store = world["store"]
+    t = store.list_trials(c.study.id)[0]
+
+    def progress(pid: int, epoch: int) -> None:  # as rank 0 writes it (payloads/runtime/channel.py)
+        c.paths.progress(t.number).parent.mkdir(parents=True, exist_ok=True)
+        c.paths.progress(t.number).write_text(json.dumps(
+            {"epoch": epoch, "batch": 4, "batches": 10, "total": 4, "epoch_done": False,
+             "time": time.time(), "pid": pid}))
+
+    def follow() -> str:
+        time.sleep(0.15)  # the stall check reads the file at most every tenth of the timeout
+        c._follow(store.get_trial(t.id))
+        return store.get_trial(t.id).state
+
+    progress(101, 1)
+    assert follow() == "running"
+    progress(101, 2)  # training
+    assert follow() == "running"
+    ex.state = "submitted"  # requeued: pending for longer than the stall timeout
+    assert follow() == "submitted"
+    time.sleep(1.2)
+    ex.state = "running"  # started again; the new run has not written yet
+    assert follow() == "running"
+    assert follow() == "running" and not ex._killed, "the queue time was judged a stall"
+    progress(202, 2)  # the new run trains (from its checkpoint), then hangs
+    assert follow() == "running"
+    time.sleep(1.2)
+    assert c.live.stalled(store.get_trial(t.id)) == "stalled: no batch for 1 s"
