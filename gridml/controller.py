@@ -349,10 +349,8 @@ class Campaign:
                 self._stopped(trial)
         elif status.state in ("submitted", "running") and status.state != trial.state \
                 and not stopping:
-            if status.state == "submitted" and trial.state == "running":
-                self.live.requeued(trial)  # back in the queue: its queue time is no stall
             self.store.update_trial(trial.id, state=status.state)  # e.g. queued at PanDA
-        elif status.state == "running" and not self._remote and (stall := self.live.stalled(trial)):
+        elif status.state == "running" and not self._remote and (stall := self.live.stalled(trial, status.restarts)):
             self.live.stop_stalled(self._executor, handle, trial)  # stacks to the log, then killed
             tail = self._executor.poll(handle).log_tail
             if stopping:

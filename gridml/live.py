@@ -104,6 +104,7 @@ class _Watch:
     since: float
     checked: float = 0.0
     stale: Any = None  # the key at the attempt's first sight: an earlier attempt's progress
+    restarts: int = 0  # the job's requeues when seen (a requeued job runs the attempt again)
 
 
 @dataclass
@@ -206,13 +207,6 @@ class LiveChannel:
         except OSError as exc:
             log.warning("%s: not written: %s", self.paths.live_state, exc)
 
-    def requeued(self, trial: Trial) -> None:
-        """The trial's job went back to the queue as the same attempt (Slurm requeued it: a
-        preemption with PreemptMode=REQUEUE, ``scontrol requeue``, a lost node). Its time in
-        the queue is no stall: the progress its run before left is not judged again until the
-        next run writes its own (as at a first sight with no earlier attempt seen)."""
-        self._watch.pop(trial.id, None)
-
     def forget(self, trial: Trial) -> None:
         """The trial ended: its offset and stall watch are no longer needed in memory."""
         self._watch.pop(trial.id, None)
@@ -291,16 +285,21 @@ class LiveChannel:
         """The payload's last progress.json of trial ``number`` (None: none yet)."""
         return progress_of(self.paths.trial(number))
 
-    def stalled(self, trial: Trial) -> str | None:
+    def stalled(self, trial: Trial, restarts: int = 0) -> str | None:
         """``stalled: no batch for N s`` when the trial's progress has not moved for
         ``stall_timeout`` (judged by progress.json's content only), else None. The clock starts
         at the attempt's first progress (what an earlier attempt left does not count). Progress
         this attempt had already written when the controller first looked at it (a busy submit
-        host, a trial that hung within seconds of its restart) starts it at that look: a pid
-        other than the one last seen of the attempt before is this attempt's (pids, not the
-        file's times: the nodes' clocks are not the controller's). With no earlier attempt seen
-        (a resumed controller) what is there counts as an earlier attempt's. The file is read
-        at most every tenth of the timeout."""
+        host, a resumed controller, a trial that hung within seconds of its restart) starts it
+        at that look: the file names its attempt (``$GRIDML_ATTEMPT``, which the local and
+        Slurm executors set). Where it does not (a payload of an earlier version), a pid other
+        than the one last seen of the attempt before is this attempt's (pids, not the file's
+        times: the nodes' clocks are not the controller's), and with no earlier attempt seen
+        what is there counts as an earlier attempt's. ``restarts``: the executor's count of
+        the job's requeues (Slurm's restart count, ``TaskStatus.restarts``): a requeued job is
+        the same attempt run again, judged like a new attempt (the file names its run,
+        ``$SLURM_RESTART_COUNT``), so its time in the queue is no stall. The file is read at
+        most every tenth of the timeout."""
         if self.stall_s <= 0:
             return None
         now = time.monotonic()
@@ -309,12 +308,18 @@ class LiveChannel:
             return None
         p = self.progress(trial.number) or {}
         key = (p.get("pid"), p.get("epoch"), p.get("total"), p.get("epoch_done"), p.get("time"))
-        if w is None or w.attempt != trial.attempts:  # first sight of this attempt
-            before = w.key if w is not None and w.attempt == trial.attempts - 1 else None
-            ours = before is not None and None not in (before[0], p.get("pid")) \
-                and p.get("pid") != before[0]
+        if w is None or (w.attempt, w.restarts) != (trial.attempts, restarts):  # a new run
+            attempt = p.get("attempt")
+            if isinstance(attempt, int):
+                ours = attempt == trial.attempts and p.get("restart", 0) == restarts
+            else:  # no attempt in the file: tell it by the pid of the run before
+                before = w.key if w is not None and (
+                    w.attempt == trial.attempts - 1
+                    or w.attempt == trial.attempts and w.restarts != restarts) else None
+                ours = before is not None and None not in (before[0], p.get("pid")) \
+                    and p.get("pid") != before[0]
             self._watch[trial.id] = _Watch(trial.attempts, key, now, now,
-                                           stale=None if ours else key)
+                                           stale=None if ours else key, restarts=restarts)
             return None
         w.checked = now
         if key != w.key:

@@ -39,6 +39,10 @@ class TaskStatus:
     # this ([{did, name, bytes, adler32}]) and put metrics.jsonl/result.json into
     # <workdir>/outputs for the controller; the controller then uploads nothing itself.
     stored_outputs: list[dict[str, Any]] | None = None
+    # Times the batch system put the task back in its queue as the same attempt (Slurm's restart
+    # count: a preemption with PreemptMode=REQUEUE, scontrol requeue): each is a new run, whose
+    # progress the stall check tells from the run before's (gridml/live.py).
+    restarts: int = 0
     # True: the infrastructure lost the task (node lost, preempted, killed on request), not the
     # payload: the controller resubmits it without using up one of the trial's retries.
     infrastructure: bool = False

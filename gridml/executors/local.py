@@ -129,7 +129,8 @@ class LocalExecutor:
         # TensorFlow imports on a busy node; users can still set their own.
         env = {"HOROVOD_START_TIMEOUT": "300", "HOROVOD_GLOO_TIMEOUT_SECONDS": "300",
                **os.environ, **req.env, "GRIDML_TRIAL_DIR": str(req.workdir),
-               "GRIDML_EXIT_FILE": str(run / "payload_exit_code")}
+               "GRIDML_EXIT_FILE": str(run / "payload_exit_code"),
+               "GRIDML_ATTEMPT": str(req.attempt)}  # into progress.json (gridml/live.py)
         gpus = self._gpus_for(req, run)
         if gpus:  # its own GPUs: parallel trials do not all train on GPU 0
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)

@@ -9,7 +9,9 @@ modification times compared across hosts):
   fsync'd one line per epoch; the controller reads what is new by byte offset;
 - ``progress.json`` (written here by rank 0, replaced by rename at most every
   :data:`PROGRESS_EVERY_S`): epoch, batches done in it, batches per epoch, a batch counter that
-  only grows, and the time; the controller judges a stall by that counter, never by mtimes;
+  only grows, the time, the writer's pid, the attempt (``$GRIDML_ATTEMPT``, which the local
+  and Slurm executors set) and the run of it (``$SLURM_RESTART_COUNT``: a job Slurm requeued
+  runs the same attempt again); the controller judges a stall by that counter, never by mtimes;
 - ``decision.json`` (written by the controller, replaced by rename): ``{"epoch": E, "stop":
   bool, "reason": ...}``, its early-stopping answer after epoch ``E``. A payload without an API
   reads it at each epoch end (:func:`read_decision`, from ``TrialCore.should_stop``).
@@ -35,6 +37,22 @@ PROGRESS_EVERY_S = 2.0  # rank 0 rewrites progress.json at most this often (and 
 # epoch, once the controller has shown it answers this trial (a decision.json exists): the
 # decisions then fall on the same epochs as over HTTP. GRIDML_DECISION_WAIT_S overrides it.
 DECISION_WAIT_S = 60.0
+ATTEMPT_VAR = "GRIDML_ATTEMPT"  # the trial's attempt number, set by the executor (1, 2, ...)
+
+
+def attempt_number(environ: Any = os.environ) -> int | None:
+    """This run's attempt (``$GRIDML_ATTEMPT``), None where the executor did not say."""
+    try:
+        n = int(environ.get(ATTEMPT_VAR, ""))
+    except ValueError:
+        return None
+    return n if n >= 1 else None
+
+
+def restart_count(environ: Any = os.environ) -> int:
+    """Times Slurm requeued this job (``$SLURM_RESTART_COUNT``; 0 where unset)."""
+    value = str(environ.get("SLURM_RESTART_COUNT", "0")).strip()
+    return int(value) if value.isdigit() else 0
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
@@ -65,6 +83,8 @@ class Progress:
         self.batch_no = 0
         self.batches: int | None = None
         self.total = 0  # batches finished by this attempt: the counter the controller watches
+        self.attempt = attempt_number()  # so a controller that first looks knows whose it is
+        self.restart = restart_count()
         self._due = 0.0
 
     def epoch_start(self, epoch: int, batches: int | None) -> None:
@@ -86,7 +106,8 @@ class Progress:
         try:
             write_json(self.path, {"epoch": self.epoch, "batch": self.batch_no,
                                    "batches": self.batches, "total": self.total,
-                                   "epoch_done": done, "time": time.time(), "pid": os.getpid()})
+                                   "epoch_done": done, "time": time.time(), "pid": os.getpid(),
+                                   "attempt": self.attempt, "restart": self.restart})
         except OSError:
             pass  # progress is advisory: a full or read-only disk must not end the training
 

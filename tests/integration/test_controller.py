@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,9 +183,11 @@ def test_the_cycle_is_the_executors_own_else_two_seconds(world: dict) -> None:
 def test_a_requeued_job_is_not_judged_stalled_on_the_progress_of_its_run_before(
         world: dict) -> None:
     """A Slurm job that went back to the queue (a preemption with PreemptMode=REQUEUE,
-    ``scontrol requeue``, a lost node) stays the same attempt. Its time in the queue is no
+    ``scontrol requeue``, a lost node) stays the same attempt; Slurm counts its restarts
+    (``TaskStatus.restarts``, ``$SLURM_RESTART_COUNT`` in the job). Its time in the queue is no
     stall: running again, it is not judged on what its run before wrote; once the new run
-    writes, the clock runs again."""
+    writes, the clock runs again. A job that is only pending after its submission is no requeue:
+    its attempt hung before the controller's first look is judged."""
     import time
 
     spec = write_spec(world["tmp"] / "requeue.yaml", "ctl", "user.t:train", "user.t:val",
@@ -192,39 +195,49 @@ def test_a_requeued_job_is_not_judged_stalled_on_the_progress_of_its_run_before(
                               "stall_timeout: 1s}\n")
 
     class Requeued(DryRunExecutor):
-        state = "running"
+        state, restarts = "submitted", 0  # pending after the submission, as on a busy cluster
 
         def poll(self, handle: str) -> TaskStatus:
-            return super().poll(handle) if handle in self._killed else TaskStatus(self.state)
+            if handle in self._killed:
+                return super().poll(handle)
+            return TaskStatus(self.state, restarts=self.restarts)
 
     ex = Requeued()
     c = campaign({**world, "loaded": load_spec(spec, did_exists=world["data"].exists)}, ex)
     c.step()
     store = world["store"]
-    t = store.list_trials(c.study.id)[0]
+    t, other = store.list_trials(c.study.id)[:2]
 
-    def progress(pid: int, epoch: int) -> None:  # as rank 0 writes it (payloads/runtime/channel.py)
-        c.paths.progress(t.number).parent.mkdir(parents=True, exist_ok=True)
-        c.paths.progress(t.number).write_text(json.dumps(
+    def progress(trial: Any, pid: int, epoch: int, restart: int) -> None:  # as rank 0 writes it
+        path = c.paths.progress(trial.number)  # (payloads/runtime/channel.py)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(
             {"epoch": epoch, "batch": 4, "batches": 10, "total": 4, "epoch_done": False,
-             "time": time.time(), "pid": pid}))
+             "time": time.time(), "pid": pid, "attempt": 1, "restart": restart}))
 
-    def follow() -> str:
+    def follow(trial: Any = None) -> str:
+        trial = trial or t
         time.sleep(0.15)  # the stall check reads the file at most every tenth of the timeout
-        c._follow(store.get_trial(t.id))
-        return store.get_trial(t.id).state
+        c._follow(store.get_trial(trial.id))
+        return store.get_trial(trial.id).state
 
-    progress(101, 1)
+    assert follow() == "submitted" and follow(other) == "submitted"
+    ex.state = "running"
+    progress(other, 55, 1, 0)  # other's attempt started and hung before the controller looked
+    progress(t, 101, 1, 0)
+    assert follow() == "running" and follow(other) == "running"
+    assert follow(other) == "running"  # first sight: its own attempt's progress, judged from now
+    progress(t, 101, 2, 0)  # training
     assert follow() == "running"
-    progress(101, 2)  # training
-    assert follow() == "running"
-    ex.state = "submitted"  # requeued: pending for longer than the stall timeout
+    ex.state, ex.restarts = "submitted", 1  # t requeued: pending longer than the stall timeout
     assert follow() == "submitted"
     time.sleep(1.2)
     ex.state = "running"  # started again; the new run has not written yet
     assert follow() == "running"
-    assert follow() == "running" and not ex._killed, "the queue time was judged a stall"
-    progress(202, 2)  # the new run trains (from its checkpoint), then hangs
+    assert follow() == "running" and f"dryrun:{t.id}:1" not in ex._killed, \
+        "the queue time was judged a stall"
+    progress(t, 202, 2, 1)  # the new run trains (from its checkpoint), then hangs
     assert follow() == "running"
     time.sleep(1.2)
-    assert c.live.stalled(store.get_trial(t.id)) == "stalled: no batch for 1 s"
+    assert c.live.stalled(store.get_trial(t.id), 1) == "stalled: no batch for 1 s"
+    assert (c.live.stalled(store.get_trial(other.id), 0) or "").startswith("stalled: no batch")

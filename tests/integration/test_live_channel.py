@@ -160,3 +160,4 @@ def test_a_trial_hung_in_forward_is_dumped_killed_retried_once_and_failed_stalle
     # the second attempt resumed from its checkpoint: it hung in epoch 3
     progress = json.loads(c.paths.progress(0).read_text())
     assert progress["epoch"] in (2, 3) and progress["batches"] == 13, progress
+    assert progress["attempt"] == 2, progress  # the executor told the payload its attempt

@@ -213,5 +213,8 @@ def test_a_slurm_trial_hung_in_forward_is_dumped_cancelled_and_failed_stalled(
     (trial,) = gridml_json("status", "slurm-stall")["trials"]
     assert trial["state"] == "failed" and trial["attempts"] == 2, (trial, err[-3000:])
     assert trial["error"].startswith("stalled: no batch for "), trial["error"]
+    progress = json.loads((gridml_home / "runs" / "slurm-stall" / "trial-0000" /
+                           "progress.json").read_text())
+    assert progress["attempt"] == 2, progress  # the batch script told the payload its attempt
     log = trial_logs("slurm-stall", 0)
     assert "most recent call first" in log and "in forward" in log, log[-3000:]

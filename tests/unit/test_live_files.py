@@ -157,6 +157,31 @@ def test_an_attempt_already_hung_when_first_seen_is_stalled_an_earlier_ones_prog
     assert live.stalled(b) is None  # attempt 1's progress: b's attempt 2 is not judged yet
 
 
+def test_a_resumed_controller_judges_progress_that_names_the_current_attempt(
+        world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """progress.json names its attempt ($GRIDML_ATTEMPT, set by the executor): a controller that
+    first looks at a trial (restarted, nothing seen before) judges what the running attempt
+    wrote, from that look, and leaves what an earlier attempt wrote until the next write."""
+    store, (a, b) = world["store"], world["trials"]
+    a = store.update_trial(a.id, attempts=2)  # attempt 2 hung while no controller ran
+    b = store.update_trial(b.id, attempts=2)  # attempt 2 not started: attempt 1's file is there
+    for t, attempt in ((a, "2"), (b, "1")):
+        monkeypatch.setenv(channel.ATTEMPT_VAR, attempt)
+        progress = channel.Progress(world["paths"].trial(t.number), every_s=0)
+        progress.epoch_start(3, 10)
+        progress.batch()
+    assert json.loads(world["paths"].progress(a.number).read_text())["attempt"] == 2
+    live = channel_of(world, stall_timeout=1)  # the restarted controller
+    assert live.stalled(a) is None and live.stalled(b) is None  # first sight
+    time.sleep(1.2)
+    assert live.stalled(a) == "stalled: no batch for 1 s"
+    assert live.stalled(b) is None
+    monkeypatch.setenv(channel.ATTEMPT_VAR, "x")
+    assert channel.attempt_number() is None  # not a number: not claimed
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")  # the job's third run (requeued twice)
+    assert channel.Progress(world["paths"].trial(a.number)).restart == 2
+
+
 def test_the_payload_and_the_controller_name_the_same_files(world: dict) -> None:
     paths = world["paths"]
     assert paths.progress(3).name == channel.PROGRESS

@@ -210,6 +210,7 @@ class SlurmExecutor:
                             job_id, info.restarts)
                 journal.update_attempt(workdir, attempt, restarts=info.restarts)
             status = trial_status(info, run, killed=killed)
+            status.restarts = info.restarts
             if info.state == "FAILED" and not killed:
                 status = self._lost_node_or(status, info)
             elif info.state in ("RUNNING", "COMPLETING") and not killed:

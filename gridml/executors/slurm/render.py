@@ -254,6 +254,7 @@ def render_script(req: TaskRequest, trial_file: Path, bindir: str) -> str:
     # torchrun exits 1 whatever a rank's code was: the rank's own code is kept here; the Keras
     # ranks write theirs only to be continued (75), as horovodrun exits 1 then too
     exit_file = torch or warn is not None
+    lines.append(f"export GRIDML_ATTEMPT={int(req.attempt)}  # into progress.json (gridml/live.py)")
     if exit_file:
         lines.append(f"export GRIDML_EXIT_FILE={shlex.quote(str(attempt_dir(req) / 'payload_exit_code'))}")
     if warn is not None:  # the trap first: a warning during slurm.setup must not kill the shell

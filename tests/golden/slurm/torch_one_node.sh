@@ -22,6 +22,7 @@ export HOROVOD_GLOO_TIMEOUT_SECONDS=300
 export HOROVOD_START_TIMEOUT=300
 # OpenMPI refuses root without these (containers, test clusters)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export GRIDML_ATTEMPT=1  # into progress.json (gridml/live.py)
 export GRIDML_EXIT_FILE=<DRYRUN>/runs/dry-torch-one-node/trial-0000/attempt-1/payload_exit_code
 # Slurm's warning before the job ends (slurm.signal_grace): to the ranks
 export GRIDML_SIGNAL_DIR="$PWD/ranks"
@@ -75,6 +76,7 @@ export HOROVOD_GLOO_TIMEOUT_SECONDS=300
 export HOROVOD_START_TIMEOUT=300
 # OpenMPI refuses root without these (containers, test clusters)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export GRIDML_ATTEMPT=1  # into progress.json (gridml/live.py)
 export GRIDML_EXIT_FILE=<DRYRUN>/runs/dry-torch-one-node/trial-0001/attempt-1/payload_exit_code
 # Slurm's warning before the job ends (slurm.signal_grace): to the ranks
 export GRIDML_SIGNAL_DIR="$PWD/ranks"
