@@ -35,7 +35,7 @@ def fill_big_study(db_url: str, trials: int, epochs: int) -> float:
     study = store.create_study(BIG, spec, "big")
     now = datetime.now(UTC)
     rows = [{"study_id": study.id, "number": n, "state": "completed", "epochs_done": epochs,
-             "hparams": {"lr": 1e-4 + n * 1e-5, "units": 8 + n % 120},
+             "hparams": {"lr": 1e-4 + (n % 9990) * 1e-5, "units": 8 + n % 120},  # in the space
              "objective": 0.2 + (n * 7919 % 1000) / 2000, "source": "searcher", "attempts": 1,
              "created": now, "started": now, "finished": now} for n in range(trials)]
     with store.engine.begin() as conn:

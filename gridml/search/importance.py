@@ -8,8 +8,10 @@ a finite objective, its active parameters and their distributions), then
 ``optuna.importance.get_param_importances`` with the ``FanovaImportanceEvaluator`` (a random
 forest fitted to the objective, its variance split over the parameters; seeded, so the same trials
 give the same shares). Shares sum to 1, largest first. Only parameters present in every finished
-trial are assessed (a conditional parameter that is sometimes inactive is left out), and fewer
-than ``MIN_TRIALS`` finished trials give ``{}``: too little to say.
+trial are assessed (a conditional parameter that is sometimes inactive is left out), a trial
+whose point lies outside the space (added by hand or through the API before the space was what it
+is) is left out (the forest splits the space's own ranges), and fewer than ``MIN_TRIALS`` such
+finished trials give ``{}``: too little to say.
 
 The forest costs ~3 s of CPU (sklearn's import most of it), and ``gridml status``, ``best`` and
 the dashboard ask again and again for trials that have not changed: the shares are kept by a key
@@ -26,6 +28,7 @@ import warnings
 from pathlib import Path
 
 from gridml.search.space import Space
+from gridml.search.validate import first_point_problem
 from gridml.search.study import observations
 from gridml.store import Trial
 from gridml.store.best import SearchLike
@@ -43,10 +46,12 @@ def importance(search: SearchLike, trials: list[Trial], seed: int = 0,
     """``{parameter: share}`` of the objective's variance, from the finished trials; ``cache``:
     a file that keeps the last shares and their key."""
     points, values, _ = observations(trials)
-    finite = [(p, v) for p, v in zip(points, values) if v is not None]
+    search = stored_search(search)
+    spec = search.space_dict()
+    finite = [(p, v) for p, v in zip(points, values)
+              if v is not None and not first_point_problem(spec, [p], "point")]
     if len(finite) < MIN_TRIALS:
         return {}
-    search = stored_search(search)
     key = hashlib.sha256(json.dumps(
         [search.space_dict(), search.direction, seed, finite], sort_keys=True, default=str)
         .encode()).hexdigest()

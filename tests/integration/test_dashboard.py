@@ -291,3 +291,35 @@ def test_pareto_front_in_cli_and_dashboard(pareto_home, browser, tmp_path):
         severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"
                   and server.url in e.get("message", "")]
         assert severe == []
+
+
+def test_a_study_with_a_trial_outside_its_space_shows_whole(browser, tmp_path):
+    """A finished trial whose point lies outside the study's space (added before the space was
+    what it is) is left out of the importance, and never blanks the page: before, the
+    importance call failed (HTTP 409) and the dashboard drew no table, no plot, nothing."""
+    from selenium.webdriver.common.by import By
+
+    from gridml.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    store = open_store(url)
+    spec = {"search": {"objective": "val_loss", "direction": "minimize", "max_trials": 9,
+                       "space": {"lr": {"type": "real", "low": 1e-4, "high": 0.1},
+                                 "units": {"type": "int", "low": 8, "high": 128}}}}
+    study = store.create_study("odd", spec, "odd")
+    for n in range(9):
+        hp = {"lr": 0.5 if n == 8 else 1e-4 + 0.01 * n, "units": 8 + 13 * n}  # trial 8: outside
+        t = store.create_trial(study.id, hp, state="running")
+        for epoch in (1, 2):
+            store.record_epoch(t.id, EpochReport(epoch, {"val_loss": 0.2 + 0.03 * n + 0.1 / epoch},
+                                                 epoch_time=1.0))
+        store.update_trial(t.id, state="completed", objective=0.25 + 0.03 * n, epochs_done=2)
+    with ServerProcess(url, log=tmp_path / "serve.log") as server:
+        browser.get(f"{server.url}/#study=odd")
+        _wait(browser, lambda b: len(b.find_elements(By.CSS_SELECTOR, "#trials tbody tr")) == 9)
+        _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#importance rect.importance-bar"))
+        bars = _read(browser, lambda b: {x.get_attribute("data-param") for x in b.find_elements(
+            By.CSS_SELECTOR, "#importance rect.importance-bar")})
+        assert bars <= {"lr", "units"} and bars
+        assert "not shown" not in browser.find_element(By.ID, "status").text
+        assert browser.find_elements(By.CSS_SELECTOR, "#objective circle, #objective polyline")

@@ -84,6 +84,9 @@ def test_importance_names_the_parameter_that_matters(store):
     assert sum(shares.values()) == pytest.approx(1.0)
     assert importance(section(), store.list_trials(study.id)) == shares  # seeded
     assert importance(section(), store.list_trials(study.id)[:3]) == {}
+    # a finished trial outside the space (added before the space was what it is) is left out
+    odd = finished(store, "imp-odd", [*points, {"lr": 0.9, "units": 8}], [*values, -5.0])
+    assert importance(section(), store.list_trials(odd.id)) == shares
 
 
 def test_importance_is_kept_by_a_key_over_the_trials(store, tmp_path, monkeypatch):

@@ -347,15 +347,19 @@ async function refresh() {
       api(`/api/v1/studies/${s}/trials?limit=1000`)]);
     // the epochs of the trials shown (the same page) only when one has reported since the last poll
     const seen = page.trials.map((t) => `${t.id}:${t.epochs_done}`).join(",");
+    const failed = [];  // a panel whose data fails stays empty and is named: the page still shows
+    const panel = (path, empty) => api(path).catch((err) => {
+      failed.push(String(err.message || err)); return empty; });
     if (seen !== state.seen) {
       [state.epochs, state.importance, state.roc] = await Promise.all([
-        api(`/api/v1/studies/${s}/epochs?limit=1000`), api(`/api/v1/studies/${s}/importance`),
-        api(`/api/v1/studies/${s}/roc?n=5`)]);
-      state.seen = seen;
+        panel(`/api/v1/studies/${s}/epochs?limit=1000`, {}),
+        panel(`/api/v1/studies/${s}/importance`, {}), panel(`/api/v1/studies/${s}/roc?n=5`, null)]);
+      state.seen = failed.length ? null : seen;  // asked again at the next poll
     }
     Object.assign(state, { summary, trials: page.trials });
     render();
-    $("status").textContent = "updated " + new Date().toLocaleTimeString();
+    $("status").textContent = "updated " + new Date().toLocaleTimeString()
+      + (failed.length ? "; not shown: " + failed.join("; ") : "");
   } catch (err) { $("status").textContent = String(err.message || err); }
 }
 
