@@ -89,6 +89,27 @@ def test_importance_names_the_parameter_that_matters(store):
     assert importance(section(), store.list_trials(odd.id)) == shares
 
 
+def test_importance_of_a_big_study_fits_a_seeded_sample(store, monkeypatch):
+    import numpy as np
+
+    from gridml.search import importance as imp
+
+    rng = np.random.default_rng(2)
+    points = [{"lr": float(10 ** rng.uniform(-4, -1)), "units": int(rng.integers(8, 65))}
+              for _ in range(60)]
+    values = [(np.log10(p["lr"]) + 2.5) ** 2 + 0.001 * p["units"] for p in points]
+    study = finished(store, "big-imp", points, values)
+    monkeypatch.setattr(imp, "MAX_TRIALS", 25)  # (500 in use: 10,000 trials took 160 s, 2 cores)
+    fitted: list[int] = []
+    real = imp._fanova
+    monkeypatch.setattr(imp, "_fanova", lambda s, f, seed: fitted.append(len(f)) or real(s, f, seed))
+    shares = imp.importance(section(), store.list_trials(study.id))
+    assert fitted == [25] and list(shares)[0] == "lr"
+    finite = [(p, v) for p, v in zip(points, values)]
+    assert imp._sample(finite, 0) == imp._sample(finite, 0)  # the same trials every time
+    assert imp._sample(finite, 0) != imp._sample(finite, 1)
+
+
 def test_importance_is_kept_by_a_key_over_the_trials(store, tmp_path, monkeypatch):
     import json
 

@@ -350,14 +350,19 @@ async function refresh() {
     const failed = [];  // a panel whose data fails stays empty and is named: the page still shows
     const panel = (path, empty) => api(path).catch((err) => {
       failed.push(String(err.message || err)); return empty; });
-    if (seen !== state.seen) {
-      [state.epochs, state.importance, state.roc] = await Promise.all([
-        panel(`/api/v1/studies/${s}/epochs?limit=1000`, {}),
-        panel(`/api/v1/studies/${s}/importance`, {}), panel(`/api/v1/studies/${s}/roc?n=5`, null)]);
-      state.seen = failed.length ? null : seen;  // asked again at the next poll
+    const fresh = seen !== state.seen;
+    if (fresh) {
+      state.seen = seen;  // (a poll meanwhile does not ask again)
+      state.epochs = await panel(`/api/v1/studies/${s}/epochs?limit=1000`, {});
     }
     Object.assign(state, { summary, trials: page.trials });
     render();
+    if (fresh) {  // the importance (a forest fitted on the server) and the ROC overlay come
+      await Promise.all([  // when they come, each into its own panel: the page does not wait
+        panel(`/api/v1/studies/${s}/importance`, {}).then((v) => { state.importance = v; renderImportance(); }),
+        panel(`/api/v1/studies/${s}/roc?n=5`, null).then((v) => { state.roc = v; renderRoc(); })]);
+      if (failed.length) state.seen = null;  // asked again at the next poll
+    }
     $("status").textContent = "updated " + new Date().toLocaleTimeString()
       + (failed.length ? "; not shown: " + failed.join("; ") : "");
   } catch (err) { $("status").textContent = String(err.message || err); }
@@ -376,7 +381,8 @@ async function loadStudies() {
 }
 
 function choose(name) {
-  if (name !== state.study) Object.assign(state, { study: name, selected: null, summary: null, seen: null });
+  if (name !== state.study) Object.assign(state, { study: name, selected: null, summary: null, seen: null,
+                                                   epochs: {}, importance: {}, roc: null });
   history.replaceState(null, "", "#study=" + encodeURIComponent(name));
   refresh();
 }
