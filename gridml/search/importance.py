@@ -56,7 +56,7 @@ def importance(search: SearchLike, trials: list[Trial], seed: int = 0,
     if len(finite) < MIN_TRIALS:
         return {}
     key = hashlib.sha256(json.dumps(
-        [search.space_dict(), search.direction, seed, finite], sort_keys=True, default=str)
+        [spec, search.direction, seed, finite], sort_keys=True, default=str)
         .encode()).hexdigest()
     if key in _KNOWN:
         return dict(_KNOWN[key])
