@@ -264,6 +264,8 @@ class Campaign:
                                         last_heartbeat=None)  # the last attempt's is stale
         req = self.request_for(trial)
         _write_private(req.trial_file, req.trial.dumps())
+        if not self._remote:  # early stopping answers through the folder from the first epoch
+            self.live.announce(trial)
         handle = self._executor.submit(req)
         self._handles[trial.id] = handle
         self.store.update_trial(trial.id, state="running", external_id=handle)

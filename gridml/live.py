@@ -16,7 +16,9 @@ Each controller cycle (:meth:`LiveChannel.cycle`, from :class:`gridml.controller
    (:func:`gridml.search.stopping.decide` on the curves of every trial of the study, as the API's
    should-stop computes them in gridml/server/searching.py) written to its ``decision.json``
    (written to a temporary file, renamed over it), ``{"epoch", "stop", "reason"}``; a payload
-   without an API reads it at each epoch end and ends as ``pruned``, as over HTTP. A trial that
+   without an API reads it at each epoch end and ends as ``pruned``, as over HTTP. Its first
+   attempt gets a "go on" at epoch 0 before its job is submitted (:meth:`LiveChannel.announce`),
+   so the payload asks from its first epoch on, however quickly it starts. A trial that
    `gridml stop` asked to stop (state ``stopping``, gridml/store/stopping.py) gets a stop
    decision instead (:meth:`LiveChannel.stop`, from ``Campaign._follow``), which no rule's
    answer replaces; the controller records it ``stopped`` when its job ends.
@@ -243,6 +245,27 @@ class LiveChannel:
         metric = self.search.get("objective", "")
         for tid, reports in epochs(self.study_id).items():
             self.curves[tid] = {r.epoch: r.metrics.get(metric, math.nan) for r in reports}
+
+    def announce(self, trial: Trial) -> None:
+        """Before the trial's first attempt is handed to its executor: a "go on" at epoch 0 in
+        its decision.json, so its payload knows from its first epoch end that the controller
+        answers through the folder and waits for that epoch's decision. Written at the next
+        cycle instead, a job that starts and ends its first epochs before that cycle would train
+        on without asking (seen on a loaded machine: a hopeless trial ran to its last epoch).
+        An earlier attempt's decisions stand: a retry that resumes at epoch E reads them."""
+        if not self.search.get("early_stopping") or trial.id in self.decided:
+            return
+        path = self.paths.decision(trial.number)
+        if path.exists():
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, {"epoch": 0, "stop": False, "reason": "no epoch yet",
+                              "time": time.time()})
+        except OSError as exc:  # the next cycle writes it (as before this was written here)
+            log.warning("trial %d: decision not written: %s", trial.number, exc)
+            return
+        self.decided[trial.id] = 0
 
     def decide(self, trials: list[Trial], grown: set[int]) -> None:
         """The rule's answer for each running trial whose curve grew, into its decision.json;

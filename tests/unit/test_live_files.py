@@ -97,6 +97,25 @@ def test_the_rule_decides_and_the_payload_reads_the_decision(world: dict) -> Non
     assert channel.read_decision(trial_dir.parent / "nowhere", 1) == (False, "")
 
 
+def test_a_trial_is_told_before_its_job_starts_that_the_folder_answers(world: dict) -> None:
+    a, b = world["trials"]
+    live = channel_of(world)
+    trial_dir = world["paths"].trial(a.number)
+    # without early stopping no file: the payload never waits
+    channel_of(world, search={"objective": "val_loss"}).announce(b)
+    assert not (world["paths"].trial(b.number) / channel.DECISION).exists()
+    live.announce(a)  # at submit, before any cycle: a payload quicker than the cycle still asks
+    assert json.loads((trial_dir / channel.DECISION).read_text())["epoch"] == 0
+    Spool(spool_of(world, b)).append(report(1, 0.2))
+    Spool(spool_of(world, a)).append(report(1, 0.9))
+    live.cycle([a, b])
+    assert channel.read_decision(trial_dir, 1, wait_s=0)[0] is True
+    # a retry keeps the decisions made: its payload resumes after them
+    again = channel_of(world)
+    again.announce(a)
+    assert json.loads((trial_dir / channel.DECISION).read_text())["epoch"] == 1
+
+
 def test_the_payload_waits_for_the_decision_on_its_epoch(tmp_path: Path) -> None:
     channel.write_decision(tmp_path, 1, False, "go on")
     t0 = time.monotonic()
