@@ -15,6 +15,7 @@ from gridml.errors import GridmlError, NotFoundError, UsageError
 from gridml.layout import writable_folder
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown",
                   help="Hyperparameter campaigns for HEP neural networks: one machine, HPC, grid.")
 out = Console()
 err = Console(stderr=True)

@@ -64,7 +64,7 @@ def put(files: Annotated[list[Path], typer.Argument(help="files to upload", show
         meta: Annotated[list[str] | None, typer.Option(
             "--meta", help="key=value metadata set on each file (repeatable)")] = None,
         backend: BackendOpt = None, as_json: JsonOpt = False) -> None:
-    """Upload FILE... into the dataset SCOPE:NAME (created if missing) as SCOPE:<file name>."""
+    """Upload FILE... into the dataset SCOPE:NAME (created if missing) as SCOPE:FILENAME."""
     dm = _open(backend)
     infos = dm.upload(list(files), dataset, metadata=_parse_meta(meta or []), rse=rse)
     if as_json:

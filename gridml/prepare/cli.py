@@ -18,7 +18,7 @@ def prepare(
     spec: Path = typer.Argument(..., help="prepare spec (YAML), see docs/prepare.md"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="worker processes (0: all cores)"),
     dataset: str | None = typer.Option(
-        None, "--dataset", help="register the shards as SCOPE:NAME.<split> datasets"),
+        None, "--dataset", help="register each split's shards as the dataset SCOPE:NAME.SPLIT"),
     backend: str | None = typer.Option(
         None, "--backend", help="data backend for input DIDs and --dataset: local | rucio"),
     rehash: bool = typer.Option(False, "--rehash", help="re-hash inputs even if unchanged on disk"),
