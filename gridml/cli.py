@@ -125,20 +125,42 @@ def _build_check(loaded: Any, dm: Any, said_off: bool = True) -> None:
 
 @app.command()
 def init(name: str = typer.Argument(..., help="study name"),
-         output: Path | None = typer.Option(None, "-o", "--output", help="default NAME.yaml")) -> None:
-    """Write a commented spec to start from (templates/spec.yaml)."""
+         output: Path | None = typer.Option(None, "-o", "--output", help="default NAME.yaml"),
+         framework: str = typer.Option("keras", "--framework", "-f",
+                                       help="keras (Horovod) | torch (torch.distributed)")) -> None:
+    """Write a commented spec to start from (templates/spec.yaml) and a starter model file beside
+    it (models/NAME.py, kept if it exists): with `gridml demo-data` it runs as it is."""
     import re
 
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
         raise UsageError(f"study name {name!r}: use lowercase letters, digits and ._- (e.g. tau-id)")
+    if framework not in ("keras", "torch"):
+        raise UsageError(f"--framework {framework!r}: use keras or torch")
     path = output or Path(f"{name}.yaml")
     if path.exists():
         raise UsageError(f"{path} exists; choose another -o or remove it")
     from importlib.resources import files
 
-    template = files("gridml") / "templates" / "spec.yaml"  # package data: in the wheel too
-    path.write_text(template.read_text().replace("name: my-study", f"name: {name}", 1))
-    out.print(f"wrote {path}: set payload.model and data.train/validation, then `gridml validate {path}`")
+    templates = files("gridml") / "templates"  # package data: in the wheel too
+    model = path.parent / "models" / f"{name}.py"
+    text = templates.joinpath("spec.yaml").read_text().replace("name: my-study", f"name: {name}", 1)
+    text = re.sub(r"(?m)^  model: models/mlp\.py +#", f"  model: models/{name}.py".ljust(40) + "#",
+                  text, count=1)
+    if framework == "torch":
+        text = (text.replace("payload:\n", "payload:\n  framework: torch\n", 1)
+                .replace("# per Horovod rank", "# per rank", 1)
+                .replace("# Horovod ranks per trial", "# ranks per trial (torchrun)", 1))
+    wrote = [str(path)]
+    if not model.exists():
+        model.parent.mkdir(parents=True, exist_ok=True)
+        model.write_text(templates.joinpath("models", f"{framework}_mlp.py").read_text())
+        wrote.append(str(model))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    kept = "" if len(wrote) == 2 else f" (kept the model file {model}: it existed)"
+    out.print(f"wrote {' and '.join(wrote)}{kept}: set data.train/validation (`gridml demo-data` "
+              f"makes the quickstart's) and the search space, then `gridml validate {path}`",
+              soft_wrap=True)  # (paths unbroken: the terminal wraps)
 
 
 @app.command("demo-data")

@@ -47,12 +47,20 @@ def test_status_lists_studies_as_json() -> None:
     assert json.loads(gridml("status", "--json").stdout) == {"studies": []}
 
 
-def test_init_writes_a_template_that_validates_once_filled(tmp_path: Path) -> None:
+def test_init_writes_a_spec_and_a_starter_model_that_validate_once_the_data_exists(
+        tmp_path: Path) -> None:
     spec = tmp_path / "tau.yaml"
-    gridml("init", "tau", "-o", str(spec))
+    assert "models/tau.py" in gridml("init", "tau", "-o", str(spec)).stdout
     proc = gridml("validate", str(spec), check=False)
-    assert proc.returncode == 2 and "payload.model" in proc.stderr  # the model is the user's to give
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "mlp.py").write_text("def build_model(hparams, input_shape):\n    pass\n")
-    assert "data.train" in gridml("validate", str(spec), check=False).stderr  # so are the datasets
+    # the model file is there (models/tau.py, relative to the spec); the datasets are the user's
+    assert proc.returncode == 2 and "data.train" in proc.stderr and "payload.model" not in proc.stderr
+    assert "tensorflow" in (tmp_path / "models" / "tau.py").read_text()
     assert gridml("init", "tau", "-o", str(spec), check=False).returncode == 2  # never overwrites
+    # torch: the spec names the framework; a model file already there is kept, not replaced
+    (tmp_path / "models" / "jets.py").write_text("# mine\n")
+    out = gridml("init", "jets", "-o", str(tmp_path / "jets.yaml"), "--framework", "torch").stdout
+    text = (tmp_path / "jets.yaml").read_text()
+    assert "framework: torch" in text and "model: models/jets.py" in text and "kept" in out
+    assert (tmp_path / "models" / "jets.py").read_text() == "# mine\n"
+    bad = gridml("init", "x", "-o", str(tmp_path / "x.yaml"), "--framework", "jax", check=False)
+    assert bad.returncode == 2 and "keras or torch" in bad.stderr and "Traceback" not in bad.stderr

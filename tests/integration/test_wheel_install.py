@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -77,7 +76,8 @@ def _run(venv: Path, cwd: Path, *args: str, env: dict[str, str], check: bool = T
 def test_the_wheel_holds_what_runs_need(venv: Path) -> None:
     (wheel,) = (venv / ".wheel").glob("gridml-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("gridml/templates/spec.yaml", "gridml/server/dashboard/index.html",
+    for needed in ("gridml/templates/spec.yaml", "gridml/templates/models/torch_mlp.py",
+                   "gridml/templates/models/keras_mlp.py", "gridml/server/dashboard/index.html",
                    "gridml/store/sql/migrations/script.py.mako", "gridml/demo.py",
                    "payloads/train_torch.py", "payloads/train_keras.py"):
         assert needed in names, needed
@@ -112,15 +112,14 @@ def test_a_missing_extra_names_the_pip_install(venv: Path, tmp_path: Path) -> No
 
 
 def _quickstart(venv: Path, cwd: Path, env: dict[str, str], trials: int = 2) -> str:
-    """init and demo-data from the wheel; the quickstart's spec cut to ``trials`` trials of 1
-    epoch."""
-    _run(venv, cwd, "init", "tau-id", env=env)
-    assert "name: tau-id" in (cwd / "tau-id.yaml").read_text()
+    """init (spec and starter torch model) and demo-data from the wheel; init's spec cut to
+    ``trials`` trials of 1 epoch: what a user who installed gridml with pip runs first."""
+    _run(venv, cwd, "init", "tau-id", "--framework", "torch", env=env)  # + models/tau-id.py
     out = _run(venv, cwd, "demo-data", "--n-train", "1500", "--n-val", "400", "--files", "1",
                env=env).stdout
     assert "registered user.demo:quickstart.train" in out
-    shutil.copytree(ROOT / "examples" / "models", cwd / "models")
-    spec = (ROOT / "examples" / "quickstart_torch.yaml").read_text()
+    spec = (cwd / "tau-id.yaml").read_text()  # as init wrote it, the campaign cut short
+    assert "name: tau-id" in spec and "  framework: torch\n" in spec
     return (spec.replace("max_trials: 8", f"max_trials: {trials}").replace("epochs: 3", "epochs: 1")
             .replace("options: {n_initial_points: 4}", f"options: {{n_initial_points: {trials}}}")
             .replace("parallel: 2 ", f"parallel: {min(trials, 2)} "))
@@ -129,12 +128,12 @@ def _quickstart(venv: Path, cwd: Path, env: dict[str, str], trials: int = 2) -> 
 def _campaign(venv: Path, cwd: Path, spec_file: str, env: dict[str, str], trials: int = 2) -> None:
     """submit the campaign, then status, best and fetch: all ``trials`` complete, no traceback."""
     procs = [_run(venv, cwd, "submit", spec_file, "--quiet", env=env, timeout=900)]
-    procs.append(_run(venv, cwd, "status", "quickstart-torch", "--json", env=env))
+    procs.append(_run(venv, cwd, "status", "tau-id", "--json", env=env))
     states = [t["state"] for t in json.loads(procs[-1].stdout)["trials"]]
     assert states == ["completed"] * trials, procs[-1].stdout
-    procs.append(_run(venv, cwd, "best", "quickstart-torch", env=env))
+    procs.append(_run(venv, cwd, "best", "tau-id", env=env))
     assert "best trial" in procs[-1].stdout
-    procs.append(_run(venv, cwd, "fetch", "quickstart-torch", "--best", "-o", str(cwd / "best"), env=env))
+    procs.append(_run(venv, cwd, "fetch", "tau-id", "--best", "-o", str(cwd / "best"), env=env))
     assert list((cwd / "best").rglob("*model.pt"))
     for proc in procs:
         assert "Traceback" not in proc.stdout + proc.stderr, proc.args
