@@ -498,7 +498,8 @@ def fetch(study: str = typer.Argument(..., help="study name or id"),
     else:
         t = doc["study"]["best"] if best_ else next((x for x in doc["trials"] if x["number"] == trial), None)
         if t is None:
-            raise NotFoundError(f"study {study}: no {'completed' if best_ else f'trial {trial}'} trial",
+            raise NotFoundError(f"study {study}: no completed trial" if best_
+                                else f"study {study} has no trial {trial}",
                                 hint=f"see `gridml status {study}`")
         chosen = [t]
     for t in chosen:

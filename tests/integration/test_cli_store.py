@@ -94,6 +94,9 @@ def test_status_best_and_fetch_through_a_server(served: str, tmp_path: Path) -> 
     out = tmp_path / "fetched"
     gridml("--server", served, "fetch", "remote", "--best", "-o", str(out))
     assert (out / "best.keras").read_bytes() == b"not really a model"
+    missing = gridml("--server", served, "fetch", "remote", "--trial", "9", "-o", str(out),
+                     check=False)
+    assert missing.returncode == 3 and "study remote has no trial 9" in missing.stderr, missing.stderr
 
 
 def test_unknown_study_on_a_server_is_not_found(served: str) -> None:
