@@ -10,7 +10,8 @@
 # $GRIDML_WHEELS (default .whl/) and this script installs them under /tmp/site first.
 # Figures and logs go to $OUT (default ./gpu-checks). Each step has a time limit; a failing step
 # does not stop the next. GPU_STEPS picks steps (default: "campaign preemption torch_gpu
-# cpu_campaign"; also campaign2); BENCH_ARGS goes to torch_gpu.py (e.g. "--parts a --defer 16,1,1,16").
+# cpu_campaign"; also campaign2 and starter: `gridml init --framework torch`'s spec and model on
+# the GPU); BENCH_ARGS goes to torch_gpu.py (e.g. "--parts a --defer 16,1,1,16").
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -68,6 +69,17 @@ steps=" ${GPU_STEPS:-campaign preemption torch_gpu cpu_campaign} "
 if [[ $steps == *" campaign "* ]]; then
   step "quickstart campaign on the GPU"
   campaign qs-gpu 1 2>&1 | tee "$out/campaign-gpu.txt"
+fi
+if [[ $steps == *" starter "* ]]; then  # what `gridml init --framework torch` writes, on the GPU
+  step "gridml init's torch starter on the GPU"
+  ( mkdir -p /tmp/gridml-starter && cd /tmp/gridml-starter && gridml init starter --framework torch &&
+    sed -i -e "s/gpus: 0,/gpus: 1,/" -e "s/  workers: 2 .*/  workers: 1/" -e "s/  max_trials: 8/  max_trials: 2/" \
+      -e "s/n_initial_points: 4/n_initial_points: 2/" starter.yaml &&
+    grep -q "gpus: 1," starter.yaml && t0=$SECONDS &&
+    timeout "${CAMPAIGN_LIMIT:-240}" gridml submit starter.yaml --quiet 2>&1 | tail -n 8 &&
+    echo "starter campaign: $((SECONDS - t0)) s wall" && gridml status starter 2>&1 | tail -n 12 &&
+    grep -hE "device|cuda|epoch [0-9]+/" "$GRIDML_HOME"/runs/starter/trial-*/attempt-1/payload.log | head -n 8
+  ) 2>&1 | tee "$out/starter.txt"
 fi
 if [[ $steps == *" campaign2 "* ]]; then
   step "two ranks a trial sharing one GPU"
