@@ -350,8 +350,10 @@ def status(study: str | None = typer.Argument(None, help="study name or id; none
                         f"{s['objective']} ({s['direction']})")
     jobs = _batch_jobs(s["name"], doc["trials"])
     for col in ("trial", "state", *(["job"] if jobs else []), "epochs", s["objective"], "s/epoch",
-                "input wait", "hyperparameters"):
+                "input\nwait"):
         table.add_column(col)
+    # a narrow terminal folds the values instead of cutting them to "learning_ra…"
+    table.add_column("hyperparameters", overflow="fold")
     best_id = s["best"]["id"] if s["best"] else None
     for t in doc["trials"]:
         obj = "-" if t["objective"] is None else f"{t['objective']:.5g}" + (" *" if t["id"] == best_id else "")
@@ -468,8 +470,9 @@ def _print_front(study: str, objs: list[dict[str, Any]], front: list[dict[str, A
 
     names = [f"{o['metric']} ({o['direction'][:3]})" for o in objs]
     table = Table(title=f"study {study}: Pareto front, {len(front)} trial(s)")
-    for col in ("trial", *names, "hyperparameters"):
+    for col in ("trial", *names):
         table.add_column(col)
+    table.add_column("hyperparameters", overflow="fold")
     for t in front:
         table.add_row(str(t["number"]), *(f"{v:.5g}" for v in t["objectives"]), _hparams(t["hparams"]))
     out.print(table)

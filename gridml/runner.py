@@ -34,8 +34,9 @@ def progress_table(study: Study, trials: list[Trial]) -> Table:
     search = spec_of(study).search
     table = Table(title=f"study {study.name}: {len(trials)}/{search.max_trials} trials, "
                         f"{search.objective} ({search.direction})")
-    for col in ("trial", "state", "epochs", search.objective, "hyperparameters"):
+    for col in ("trial", "state", "epochs", search.objective):
         table.add_column(col)
+    table.add_column("hyperparameters", overflow="fold")  # values folded, never cut to "…"
     best = best_trial(study, trials)
     for t in trials[-20:]:
         obj = f"{t.objective:.4f}" if t.objective is not None else "-"
