@@ -52,6 +52,18 @@ def keras_metric_names(cfg: TrialDoc) -> tuple[Any, list[str], list[str]]:
     return metric_hook(cfg, module, tuple(n.lower() for n in names) + names)
 
 
+class FirstBroadcastIsNotSlow(logging.Filter):
+    """Drops Keras' "Callback method `on_train_batch_end` is slow ... Check your callbacks." with
+    several ranks. Keras averages the batch-end hooks over batches 0-4 but the batch times over
+    1-5, so Horovod's one broadcast of the initial weights at the end of batch 0 (~0.25 s for two
+    CPU ranks) is taken for a slow hook in every trial, and the warning comes once, then Keras
+    stops looking. gridml's own batch-end hooks read a clock (progress.json every few seconds)
+    and, only where a preemption warning can come, agree with the other ranks every few batches."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Callback method `on_train_batch_end` is slow")
+
+
 def _callbacks(data: Any, hvd: Any, htf: Any, core: TrialCore,
                figs: Any = None) -> list[Any]:
     per_epoch = data.train.rows_per_epoch * hvd.size()
@@ -61,6 +73,8 @@ def _callbacks(data: Any, hvd: Any, htf: Any, core: TrialCore,
     # collectives (two broadcast graphs, ~0.4 s of CPU) to copy the rank's values onto itself
     collective = ([hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                    hvd.callbacks.MetricAverageCallback()] if hvd.size() > 1 else [])
+    if collective:  # (Keras logs through TensorFlow's logger)
+        logging.getLogger("tensorflow").addFilter(FirstBroadcastIsNotSlow())
     return [*collective, *([figs] if figs is not None else []), profiler, report]
 
 

@@ -29,3 +29,7 @@ def test_scaling_study_over_one_and_two_ranks(tmp_path: Path, monkeypatch: pytes
     assert Path(doc["plot"]).stat().st_size > 0
     listed = gridml("data", "ls", "user.test:sc.out", "--json").stdout
     assert "sc.scaling.png" in listed
+    # two ranks: Horovod's broadcast after batch 0 is no "slow callback" (payloads/runtime/fit.py)
+    (log,) = (tmp_path / "home" / "runs" / "sc-scale-w2").glob("trial-*/attempt-1/payload.log")
+    text = log.read_text()
+    assert "2 ranks" in text and "Check your callbacks" not in text, text[-3000:]
