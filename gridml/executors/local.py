@@ -131,6 +131,10 @@ class LocalExecutor:
                **os.environ, **req.env, "GRIDML_TRIAL_DIR": str(req.workdir),
                "GRIDML_EXIT_FILE": str(run / "payload_exit_code"),
                "GRIDML_ATTEMPT": str(req.attempt)}  # into progress.json (gridml/live.py)
+        if req.workers > 1 and req.trial.training.framework == "torch":
+            # the payload sizes each rank's pools (payloads/runtime/threads.py); said to torchrun
+            # too, which otherwise prints a banner that it set OMP_NUM_THREADS=1 "in default"
+            env.setdefault("OMP_NUM_THREADS", str(max(1, req.cores // req.workers)))
         gpus = self._gpus_for(req, run)
         if gpus:  # its own GPUs: parallel trials do not all train on GPU 0
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)

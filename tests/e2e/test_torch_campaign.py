@@ -73,3 +73,7 @@ def test_gridml_scale_with_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert [r["workers"] for r in rows] == [1, 2]
     assert all(r["samples_per_s"] > 0 and r["epoch_time"] > 0 for r in rows)
     assert rows[1]["global_batch"] == 128
+    # two ranks under torchrun: it was told the per-rank threads (no "in default" banner)
+    (log,) = (tmp_path / "home" / "runs" / "tsc-scale-w2").glob("trial-*/attempt-1/payload.log")
+    text = log.read_text()
+    assert "process group gloo" in text and "Setting OMP_NUM_THREADS" not in text, text[-3000:]
