@@ -134,6 +134,9 @@ def save_onnx_keras(model: Any, out: Path, sample: list[Any]) -> dict[str, Any]:
         import tensorflow as tf
         import tf2onnx
 
+        # its INFO lines (versions, opset, constant folding, optimizer passes) in every trial's
+        # log say nothing the provenance does not; a failed conversion still says why
+        logging.getLogger("tf2onnx").setLevel(logging.WARNING)
         spec = tuple(tf.TensorSpec((None, *t.shape[1:]), t.dtype, name=t.name.split(":")[0])
                      for t in model.inputs)
         tf2onnx.convert.from_keras(model, input_signature=spec, opset=17, output_path=str(tmp))
