@@ -34,7 +34,8 @@ def test_tests_leave_a_users_store_outside_home_alone(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
          "tests/integration/test_cli.py::test_status_lists_studies_as_json",
-         "tests/integration/test_cli.py::test_init_writes_a_template_that_validates_once_filled"],
+         "tests/integration/test_cli.py::"
+         "test_init_writes_a_spec_and_a_starter_model_that_validate_once_the_data_exists"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "2 passed" in out.stdout
