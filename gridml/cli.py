@@ -145,7 +145,7 @@ def init(name: str = typer.Argument(..., help="study name"),
     model = path.parent / "models" / f"{name}.py"
     text = templates.joinpath("spec.yaml").read_text().replace("name: my-study", f"name: {name}", 1)
     text = re.sub(r"(?m)^  model: models/mlp\.py +#", f"  model: models/{name}.py".ljust(40) + "#",
-                  text, count=1)
+                  text, count=1).replace(":quickstart.out}", f":{name}.out}}", 1)  # its own
     if framework == "torch":
         text = (text.replace("payload:\n", "payload:\n  framework: torch\n", 1)
                 .replace("# per Horovod rank", "# per rank", 1)

@@ -61,6 +61,7 @@ def test_init_writes_a_spec_and_a_starter_model_that_validate_once_the_data_exis
     out = gridml("init", "jets", "-o", str(tmp_path / "jets.yaml"), "--framework", "torch").stdout
     text = (tmp_path / "jets.yaml").read_text()
     assert "framework: torch" in text and "model: models/jets.py" in text and "kept" in out
+    assert "output: {dataset: user.demo:jets.out}" in text  # each study its own output dataset
     assert (tmp_path / "models" / "jets.py").read_text() == "# mine\n"
     bad = gridml("init", "x", "-o", str(tmp_path / "x.yaml"), "--framework", "jax", check=False)
     assert bad.returncode == 2 and "keras or torch" in bad.stderr and "Traceback" not in bad.stderr
