@@ -42,6 +42,7 @@ log() { printf '[slurm-cluster] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 [ $# -ge 2 ] || die "usage: $0 start|stop|status|env|node-stop|node-start DIR [NODE]"
+SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cmd="$1"; mkdir -p "$2"; DIR="$(cd "$2" && pwd)"
 key="$(printf '%s' "$DIR" | sha256sum | cut -c1-6)"
 octet=$(( 16#${key:0:4} % 254 + 1 ))             # 198.18.<octet>.0/24, or 198.19 for odd keys
@@ -124,13 +125,16 @@ cgroups_down() {
   done
 }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])'; }
+# a free port below the ephemeral range: nothing takes it before the daemon binds (free-port.py)
+free_port() { python3 "$SCRIPTS/free-port.py"; }
 
 write_conf() {
   [ -f "$CONF" ] && return 0
   mkdir -p "$DIR"/{etc,state,spool,log,run,munge,db}
   local port mem cpus dbport dbdport task select
   port="$(free_port)"; dbport="$(free_port)"; dbdport="$(free_port)"
+  while [ "$dbport" = "$port" ]; do dbport="$(free_port)"; done
+  while [ "$dbdport" = "$port" ] || [ "$dbdport" = "$dbport" ]; do dbdport="$(free_port)"; done
   echo "$dbport" >"$DIR/etc/mariadb.port"
   cpus="$(nproc)"
   mem=$(( $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) / 2 ))
