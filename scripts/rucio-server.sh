@@ -49,7 +49,7 @@ install() {
   flock -u 9
 }
 
-free_port() { "$PY" "$here/free-port.py"; }  # below the ephemeral range
+free_port() { "$PY" "$here/../gridml/server/ports.py"; }  # below the ephemeral range
 port_of() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' "$1/server.json"; }
 pid_alive() { [ -f "$1/gunicorn.pid" ] && kill -0 "$(cat "$1/gunicorn.pid")" 2>/dev/null; }
 ping_ok() { curl -sf -m 2 "http://127.0.0.1:$1/ping" >/dev/null 2>&1; }

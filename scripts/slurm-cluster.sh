@@ -125,8 +125,8 @@ cgroups_down() {
   done
 }
 
-# a free port below the ephemeral range: nothing takes it before the daemon binds (free-port.py)
-free_port() { python3 "$SCRIPTS/free-port.py"; }
+# a free port below the ephemeral range: nothing takes it before the daemon binds (gridml/server/ports.py)
+free_port() { python3 "$SCRIPTS/../gridml/server/ports.py"; }
 
 write_conf() {
   [ -f "$CONF" ] && return 0

@@ -18,7 +18,7 @@ python -m compileall -q -j 0 gridml payloads examples >/dev/null
 # on one machine never share or stop each other's); the store/API/server tests use it.
 if [ -z "${GRIDML_TEST_PG_URL:-}" ] && [ "${GRIDML_TEST_PG:-1}" != 0 ]; then
   pgdir="$(mktemp -d /tmp/gridml-test-pg.XXXXXX)"
-  pgport="$(python scripts/free-port.py)"  # below the ephemeral range: no client takes it first
+  pgport="$(python gridml/server/ports.py)"  # below the ephemeral range: no client takes it first
   GRIDML_TEST_PG_URL="$(bash scripts/postgres.sh start "$pgdir" "$pgport")"
   export GRIDML_TEST_PG_URL
   trap 'bash scripts/postgres.sh stop "$pgdir" >/dev/null 2>&1; rm -rf "$pgdir"' EXIT

@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Self
 
 from gridml.errors import StoreError
+from gridml.server import ports
 from gridml.server.health import wait_healthy
 
 SERVE = ["-m", "gridml.serve"]  # the `gridml serve` command (a process, not an import)
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port below the ephemeral range (gridml/server/ports.py): between choosing it and
+    the server's bind (and across a kill and restart on it) no outgoing connection takes it."""
+    return ports.pick()
 
 
 class ServerProcess:

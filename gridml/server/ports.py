@@ -1,4 +1,4 @@
-"""Print a TCP port that is free now and that no outgoing connection of this machine will take.
+"""A TCP port that is free now and that no outgoing connection of this machine will take.
 
 A daemon the test scripts start (slurmctld, slurmdbd, MariaDB, PostgreSQL, the Rucio server) is
 told its port before it binds it, sometimes seconds before (slurmdbd waits for MariaDB). A port
@@ -9,7 +9,10 @@ below that range (``/proc/sys/net/ipv4/ip_local_port_range``), which the kernel 
 outgoing connections, and checked free on all addresses. Where the range leaves no room below
 it, the kernel's choice is taken as before.
 
-Usage: python3 scripts/free-port.py   (standard library only: runs under any python3)
+:func:`pick` serves :class:`gridml.server.process.ServerProcess` (a `gridml serve` it starts, and
+starts again on the same port after a kill); the test scripts run this file by its path,
+``python3 gridml/server/ports.py`` (it imports only the standard library, so any python3 runs
+it without gridml installed).
 """
 
 from __future__ import annotations
