@@ -247,25 +247,16 @@ class LiveChannel:
             self.curves[tid] = {r.epoch: r.metrics.get(metric, math.nan) for r in reports}
 
     def announce(self, trial: Trial) -> None:
-        """Before the trial's first attempt is handed to its executor: a "go on" at epoch 0 in
-        its decision.json, so its payload knows from its first epoch end that the controller
-        answers through the folder and waits for that epoch's decision. Written at the next
-        cycle instead, a job that starts and ends its first epochs before that cycle would train
-        on without asking (seen on a loaded machine: a hopeless trial ran to its last epoch).
-        An earlier attempt's decisions stand: a retry that resumes at epoch E reads them."""
-        if not self.search.get("early_stopping") or trial.id in self.decided:
-            return
-        path = self.paths.decision(trial.number)
-        if path.exists():
-            return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(path, {"epoch": 0, "stop": False, "reason": "no epoch yet",
-                              "time": time.time()})
-        except OSError as exc:  # the next cycle writes it (as before this was written here)
-            log.warning("trial %d: decision not written: %s", trial.number, exc)
-            return
-        self.decided[trial.id] = 0
+        """Before the trial's attempt is handed to its executor: the decision a cycle would
+        write for it now (:meth:`decide`: a first attempt's "go on" at epoch 0), so its payload
+        knows from its first epoch end that the controller answers through the folder and waits
+        for that epoch's decision. Left to the next cycle, a job that starts and ends its first
+        epochs before that cycle trains on without asking (seen on a loaded machine: a hopeless
+        trial ran to its last epoch). A retry's decisions already made stand (decide skips a
+        trial decided whose curve has not grown; a restarted controller decides on the stored
+        curve)."""
+        if self.search.get("early_stopping"):
+            self.decide([trial], set())
 
     def decide(self, trials: list[Trial], grown: set[int]) -> None:
         """The rule's answer for each running trial whose curve grew, into its decision.json;

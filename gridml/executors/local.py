@@ -22,6 +22,7 @@ from gridml.executors.failures import deterministic
 from gridml.executors.gpus import GpuSlots, visible_gpus
 from gridml.executors.logs import exit_message, tail
 from gridml.planner import local_payload_command
+from payloads.runtime import threads
 from payloads.runtime.errors import CONTINUE_CODE
 
 # torchrun exits 1 whatever its rank's code: the torch payload writes its own code (2 bad trial or
@@ -134,7 +135,7 @@ class LocalExecutor:
         if req.workers > 1 and req.trial.training.framework == "torch":
             # the payload sizes each rank's pools (payloads/runtime/threads.py); said to torchrun
             # too, which otherwise prints a banner that it set OMP_NUM_THREADS=1 "in default"
-            env.setdefault("OMP_NUM_THREADS", str(max(1, req.cores // req.workers)))
+            env.setdefault("OMP_NUM_THREADS", str(threads.plan_threads(req.cores, req.workers).omp))
         gpus = self._gpus_for(req, run)
         if gpus:  # its own GPUs: parallel trials do not all train on GPU 0
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
